@@ -1,0 +1,1 @@
+// SCAFFOLD: parity harness goes here (foundation issue).

@@ -1,0 +1,91 @@
+// Shared CUDA helpers for every GPU arm: error handling, typed loads/stores, scratch memory.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/internal.hpp"
+#include "gdn/gdn.hpp"
+
+namespace gdn::cuda {
+
+inline Status from_cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Cuda(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                      cudaGetErrorString(e) + ")");
+}
+#define GDN_CUDA_TRY(expr)                                      \
+  do {                                                          \
+    ::gdn::Status gdn_st_ = ::gdn::cuda::from_cuda((expr), #expr); \
+    if (!gdn_st_.ok()) return gdn_st_;                          \
+  } while (0)
+// After a launch: the launch error, without synchronizing.
+#define GDN_CUDA_LAUNCH_CHECK(name) GDN_CUDA_TRY(cudaGetLastError())
+
+inline cudaStream_t stream_of(const PrefillArgs& a) { return static_cast<cudaStream_t>(a.stream); }
+
+// Element loads/stores converting to and from fp32.
+template <typename T> __device__ __forceinline__ float to_f32(T x);
+template <> __device__ __forceinline__ float to_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Stream-ordered scratch memory owned for the duration of one call.
+class Scratch {
+ public:
+  explicit Scratch(cudaStream_t s) : stream_(s) {}
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+  }
+  Status alloc(std::size_t bytes) {
+    if (bytes == 0) return Status::Ok();
+    return from_cuda(cudaMallocAsync(&ptr_, bytes, stream_), "cudaMallocAsync(scratch)");
+  }
+  template <typename T> T* as(std::size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* ptr_ = nullptr;
+};
+
+// cu_seqlens on the device: the caller's device copy if given, else uploaded into `scratch`
+// at `byte_offset` (needs (N+1) * 4 bytes there).
+inline Status device_cu_seqlens(const PrefillArgs& a, const detail::Seqs& s, const Scratch& scratch,
+                                std::size_t byte_offset, const std::int32_t** out) {
+  if (a.cu_seqlens_device) {
+    *out = a.cu_seqlens_device;
+    return Status::Ok();
+  }
+  std::int32_t* d = scratch.as<std::int32_t>(byte_offset);
+  GDN_CUDA_TRY(cudaMemcpyAsync(d, s.cu, sizeof(std::int32_t) * (s.N + 1), cudaMemcpyHostToDevice,
+                               stream_of(a)));
+  *out = d;
+  return Status::Ok();
+}
+
+// Calls f with the C++ element type for a DType (float, __half, __nv_bfloat16).
+template <typename F> auto dispatch_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::f16: return f(__half{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    default: return f(float{});
+  }
+}
+
+}  // namespace gdn::cuda

@@ -1,0 +1,1 @@
+// SCAFFOLD: fp64 oracles go here (foundation issue).
