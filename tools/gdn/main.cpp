@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   gdn::cli::add_check(app);
   gdn::cli::add_bench(app);
   gdn::cli::add_tune(app);
+  gdn::cli::add_prefill(app);
   CLI11_PARSE(app, argc, argv);
   return gdn::cli::exit_code();
 }
