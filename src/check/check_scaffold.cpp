@@ -1,1 +1,0 @@
-// SCAFFOLD: parity harness goes here (foundation issue).

@@ -1,1 +1,0 @@
-// SCAFFOLD: fp64 oracles go here (foundation issue).
