@@ -74,6 +74,38 @@ struct Bound {
 };
 Bound derive_bound(Arm arm, const Case& c);
 
+// Per-fold unit roundoffs of an arm (the ONE table, in bounds.cpp; an arm author changes their
+// row with a justification there). 0 = that rounding does not happen in this arm.
+struct FoldPrecision {
+  Arm arm;
+  int C;           // chunk length (1 = token-serial)
+  double u_acc;    // accumulation precision of every fold (fp32 = 2^-24)
+  double u_kk;     // operand rounding of K K^T and Q K^T
+  double u_wu;     // operand rounding of W, U (the WY products)
+  double u_attn;   // operand rounding of the intra-chunk attention (Q K^T .* Gam) Vn
+  double u_state;  // operand rounding of the state in W S, Q S and of K, Vn in K^T Vn
+  double u_solve;  // precision of the (I + A)^-1 triangular solve
+  const char* why;
+};
+const FoldPrecision& fold_precision(Arm arm);
+constexpr double kLambda = 4.0;  // probabilistic rounding constant, fixed before any tuning
+// Worst per-step error growth prod_t max(1, |1 - beta_t |k_t|^2|) over heads (1 inside the
+// bound's domain beta |k|^2 <= 2; larger for un-normalized keys).
+double growth_factor(const Case& c);
+
+// Negative-control helpers: `got` moved by a +-1 pattern of relative-RMS size `rel` (w.r.t.
+// `ref`), and the pass test used by evaluate().
+std::vector<double> perturb(const std::vector<double>& ref, const std::vector<double>& got,
+                            double rel);
+bool within(const Metrics& m, double bound);
+
+// Round-to-nearest-even conversions used by the fixture generator (and tests).
+std::uint16_t f32_to_bf16(float x);
+float bf16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_f16(float x);
+float f16_to_f32(std::uint16_t h);
+float round_to(DType d, float x);
+
 // Runs an arm through the public API (host, or device copies for GPU arms) on poisoned outputs.
 struct ArmOutput {
   Status status;
