@@ -1,0 +1,287 @@
+// gdn_torch._C: the thin binding layer between torch tensors and libgdn's C++ API.
+//
+// Registers the custom op
+//   gdn::chunk_gated_delta_rule(q, k, v, g, beta, scale?, initial_state?, output_final_state,
+//                               cu_seqlens?, cu_seqlens_cpu?, use_qk_l2norm, head_map,
+//                               state_v_first, arm) -> (o, final_state)
+// for the CPU and (in a CUDA build) CUDA dispatch keys; its fake kernel lives in Python
+// (gdn_torch/_ops.py). The op is functional: it allocates o and the final state and mutates
+// nothing, so torch.compile can trace it and CUDA graphs can capture it (no host sync on the
+// fixed-length path, the current stream is used, check_values is off on CUDA).
+//
+// Errors: gdn::Status invalid_argument -> ValueError, unsupported -> NotImplementedError,
+// anything else -> RuntimeError; the message is the library's.
+#include <ATen/ATen.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gdn/gdn.hpp"
+
+#ifdef GDN_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace {
+
+using at::Tensor;
+
+// The arm that ran in this thread's last call (for benchmarks and tests).
+thread_local std::string g_last_arm = "";
+thread_local std::string g_last_note = "";
+
+void throw_status(const gdn::Status& st) {
+  const std::string msg = "gdn: " + st.message();
+  TORCH_CHECK_VALUE(st.code() != gdn::Code::invalid_argument, msg);
+  TORCH_CHECK_NOT_IMPLEMENTED(st.code() != gdn::Code::unsupported, msg);
+  TORCH_CHECK(false, msg);
+}
+
+gdn::DType to_gdn_dtype(const Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return gdn::DType::f32;
+    case at::kHalf: return gdn::DType::f16;
+    case at::kBFloat16: return gdn::DType::bf16;
+    default:
+      break;
+  }
+  TORCH_CHECK_VALUE(false, "gdn: ", name, ": dtype ", t.scalar_type(),
+                    " not supported (bfloat16, float16 or float32)");
+  return gdn::DType::f32;
+}
+
+// View of a tensor's storage as a gdn::TensorView (same sizes and element strides).
+gdn::TensorView view_of(const Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() <= 4, "gdn: ", name, ": rank ", t.dim(), " > 4");
+  gdn::TensorView v;
+  v.data = t.numel() > 0 ? t.data_ptr() : nullptr;
+  v.dtype = to_gdn_dtype(t, name);
+  v.rank = static_cast<int>(t.dim());
+  for (int d = 0; d < v.rank; ++d) {
+    v.shape[d] = t.size(d);
+    v.stride[d] = t.stride(d);
+  }
+  return v;
+}
+
+// [B, T, X, Y] -> [B*T, X, Y] (or [B, T, X] -> [B*T, X]) with a unit innermost stride, as the
+// library wants. A view when the strides allow it, a copy otherwise.
+Tensor flatten_tokens(const Tensor& t) {
+  std::vector<int64_t> shape{t.size(0) * t.size(1)};
+  for (int64_t d = 2; d < t.dim(); ++d) shape.push_back(t.size(d));
+  Tensor f = t.reshape(shape);
+  if (f.size(-1) > 1 && f.stride(-1) != 1) f = f.contiguous();
+  return f;
+}
+
+void check_rank(const Tensor& t, int64_t rank, const char* name, const char* shape) {
+  TORCH_CHECK_VALUE(t.dim() == rank, "gdn: ", name, " must have shape ", shape, ", got rank ",
+                    t.dim(), " ", t.sizes());
+}
+
+std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
+    const Tensor& q,      // [B, T, HK, K]
+    const Tensor& k,      // [B, T, HK, K]
+    const Tensor& v,      // [B, T, HV, V]
+    const Tensor& g,      // [B, T, HV]
+    const Tensor& beta,   // [B, T, HV]
+    std::optional<double> scale,
+    const std::optional<Tensor>& initial_state,   // [N, HV, K, V] ([N, HV, V, K] state_v_first)
+    bool output_final_state,
+    const std::optional<Tensor>& cu_seqlens,      // [N+1] int32|int64, any device
+    const std::optional<Tensor>& cu_seqlens_cpu,  // [N+1] host copy (avoids a device sync)
+    bool use_qk_l2norm, const std::string& head_map, bool state_v_first,
+    const std::string& arm) {
+  check_rank(q, 4, "q", "[B, T, H, K]");
+  check_rank(k, 4, "k", "[B, T, H, K]");
+  check_rank(v, 4, "v", "[B, T, HV, V]");
+  check_rank(g, 3, "g", "[B, T, HV]");
+  check_rank(beta, 3, "beta", "[B, T, HV]");
+  const int64_t B = q.size(0), T = q.size(1), HK = q.size(2), K = q.size(3);
+  const int64_t HV = v.size(2), V = v.size(3);
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}, {"g", &g},
+                         {"beta", &beta}})
+    TORCH_CHECK_VALUE(t->size(0) == B && t->size(1) == T, "gdn: ", name,
+                      " must share q's leading [B, T] = [", B, ", ", T, "], got ", t->sizes());
+  const bool on_device = q.is_cuda();
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}, {"g", &g},
+                         {"beta", &beta}})
+    TORCH_CHECK_VALUE(t->device() == q.device(), "gdn: ", name, " is on ", t->device(),
+                      " but q is on ", q.device());
+  TORCH_CHECK_VALUE(on_device || q.is_cpu(), "gdn: tensors must be on CPU or CUDA, got ",
+                    q.device());
+
+  gdn::Arm arm_e;
+  TORCH_CHECK_VALUE(gdn::parse_arm(arm, &arm_e), "gdn: unknown arm '", arm,
+                    "' (auto, cpu, serial, wy-fp32, wy-tc)");
+  gdn::Problem p = gdn::Problem::make(static_cast<int>(HK), static_cast<int>(HV),
+                                      static_cast<int>(K), static_cast<int>(V));
+  TORCH_CHECK_VALUE(gdn::parse_head_map(head_map, &p.head_map), "gdn: unknown head_map '",
+                    head_map, "' (grouped, tiled)");
+  if (scale.has_value()) p.scale = static_cast<float>(*scale);
+  p.qk_l2norm = use_qk_l2norm;
+  p.state_layout = state_v_first ? gdn::StateLayout::vk : gdn::StateLayout::kv;
+
+#ifdef GDN_WITH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard;
+  if (on_device) guard.emplace(q.device());
+#else
+  TORCH_CHECK(!on_device,
+              "gdn: this gdn_torch build has no CUDA arms (built without nvcc or with "
+              "GDN_FORCE_CPU=1); pass CPU tensors or rebuild");
+#endif
+
+  // Sequences: explicit cu_seqlens (B must be 1), else B sequences of T tokens each.
+  std::vector<int32_t> cu_host;
+  Tensor cu_dev;  // int32 on q's device (GPU arms), keeps the device copy alive for the call
+  int64_t N = B;
+  if (cu_seqlens.has_value()) {
+    const Tensor& cu = *cu_seqlens;
+    TORCH_CHECK_VALUE(B == 1, "gdn: with cu_seqlens the batch size must be 1 (packed tokens), got B=",
+                      B);
+    TORCH_CHECK_VALUE(cu.dim() == 1 && cu.numel() >= 2,
+                      "gdn: cu_seqlens must be 1-D with N+1 >= 2 entries, got shape ", cu.sizes());
+    TORCH_CHECK_VALUE(cu.scalar_type() == at::kInt || cu.scalar_type() == at::kLong,
+                      "gdn: cu_seqlens must be int32 or int64, got ", cu.scalar_type());
+    N = cu.numel() - 1;
+    Tensor host;
+    if (cu_seqlens_cpu.has_value()) {
+      host = *cu_seqlens_cpu;
+      TORCH_CHECK_VALUE(host.is_cpu() && host.dim() == 1 && host.numel() == cu.numel(),
+                        "gdn: cu_seqlens_cpu must be a CPU tensor shaped like cu_seqlens ",
+                        cu.sizes(), ", got ", host.sizes(), " on ", host.device());
+    } else {
+      host = cu.to(at::kCPU);  // a device sync when cu_seqlens is on the GPU
+    }
+    host = host.to(at::kLong).contiguous();
+    const int64_t* h = host.data_ptr<int64_t>();
+    cu_host.resize(static_cast<size_t>(N + 1));
+    for (int64_t i = 0; i <= N; ++i) {
+      TORCH_CHECK_VALUE(h[i] >= 0 && h[i] <= INT32_MAX, "gdn: cu_seqlens[", i, "] = ", h[i],
+                        " is outside [0, 2^31-1]");
+      cu_host[static_cast<size_t>(i)] = static_cast<int32_t>(h[i]);
+    }
+    if (on_device) {
+      if (cu.is_cuda()) cu_dev = cu.to(at::kInt);
+      else cu_dev = host.to(at::kInt).to(q.device());
+    }
+  } else if (B > 1) {
+    TORCH_CHECK_VALUE(B * T <= INT32_MAX, "gdn: B*T = ", B * T, " tokens exceed 2^31-1");
+    cu_host.resize(static_cast<size_t>(B + 1));
+    for (int64_t i = 0; i <= B; ++i) cu_host[static_cast<size_t>(i)] = static_cast<int32_t>(i * T);
+    if (on_device)  // built on the device so the fixed-length path never copies from the host
+      cu_dev = at::arange(0, (B + 1) * T, T, q.options().dtype(at::kInt));
+  }
+
+  const Tensor q_f = flatten_tokens(q), k_f = flatten_tokens(k), v_f = flatten_tokens(v);
+  // g in fp32 (fla accepts bf16 gates); beta in fp32 or bf16 (as the library takes it).
+  const Tensor g_f = flatten_tokens(g.scalar_type() == at::kFloat ? g : g.to(at::kFloat));
+  const Tensor b_f = flatten_tokens(
+      beta.scalar_type() == at::kFloat || beta.scalar_type() == at::kBFloat16 ? beta
+                                                                               : beta.to(at::kFloat));
+  Tensor h0;
+  if (initial_state.has_value()) {
+    // fla takes the initial state in any float dtype and reads it as fp32; so do we (a copy
+    // only when it is not already contiguous fp32).
+    TORCH_CHECK_VALUE(initial_state->device() == q.device(), "gdn: initial_state is on ",
+                      initial_state->device(), " but q is on ", q.device());
+    h0 = initial_state->to(at::kFloat).contiguous();
+  }
+
+  Tensor o = at::empty({B * T, HV, V}, q.options());
+  Tensor hT = output_final_state
+                  ? at::empty(state_v_first ? std::vector<int64_t>{N, HV, V, K}
+                                            : std::vector<int64_t>{N, HV, K, V},
+                              q.options().dtype(at::kFloat))
+                  : at::empty({0}, q.options().dtype(at::kFloat));
+
+  gdn::PrefillArgs a;
+  a.q = view_of(q_f, "q");
+  a.k = view_of(k_f, "k");
+  a.v = view_of(v_f, "v");
+  a.g = view_of(g_f, "g");
+  a.beta = view_of(b_f, "beta");
+  a.o = view_of(o, "o");
+  if (h0.defined()) {
+    a.h0 = view_of(h0, "initial_state");
+  }
+  if (output_final_state) a.hT = view_of(hT, "final_state");
+  if (!cu_host.empty()) {
+    a.cu_seqlens = cu_host.data();
+    a.num_seqs = static_cast<int>(N);
+  }
+  if (cu_dev.defined()) a.cu_seqlens_device = cu_dev.data_ptr<int32_t>();
+  a.on_device = on_device;
+  // The device-side value scan synchronizes the stream (it reads a flag back), which would break
+  // CUDA-graph capture and costs a round trip; on CUDA the op trusts its inputs. The CPU arm scans.
+  a.check_values = !on_device;
+#ifdef GDN_WITH_CUDA
+  if (on_device) a.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
+#endif
+
+  gdn::RunInfo info;
+  const gdn::Status st = gdn::prefill(p, a, arm_e, &info);
+  if (!st.ok()) throw_status(st);
+  g_last_arm = gdn::to_string(info.ran);
+  g_last_note = info.note;
+  return {o.view({B, T, HV, V}), hT};
+}
+
+pybind11::dict device_info() {
+  const gdn::DeviceInfo d = gdn::device_info();
+  pybind11::dict r;
+  r["cuda_built"] = d.cuda_built;
+  r["device_count"] = d.device_count;
+  r["device"] = d.device;
+  r["sm"] = d.sm;
+  r["multiprocessors"] = d.multiprocessors;
+  r["name"] = d.name;
+  r["cuda_runtime"] = d.cuda_runtime;
+  return r;
+}
+
+// Whether `arm` can run on this build and machine, and why not.
+std::tuple<bool, std::string> arm_available(const std::string& arm) {
+  gdn::Arm a;
+  TORCH_CHECK_VALUE(gdn::parse_arm(arm, &a), "gdn: unknown arm '", arm, "'");
+  std::string why;
+  const bool ok = gdn::arm_available(a, gdn::device_info(), &why);
+  return {ok, why};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(gdn, m) {
+  m.def(
+      "chunk_gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, float? scale, "
+      "Tensor? initial_state, bool output_final_state, Tensor? cu_seqlens, Tensor? cu_seqlens_cpu, "
+      "bool use_qk_l2norm, str head_map, bool state_v_first, str arm) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(gdn, CPU, m) { m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule); }
+#ifdef GDN_WITH_CUDA
+TORCH_LIBRARY_IMPL(gdn, CUDA, m) { m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule); }
+#endif
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "gdn: gated delta rule prefill (libgdn binding)";
+  m.def("version", [] { return std::string(gdn::version()); });
+  m.def("cuda_built", [] {
+#ifdef GDN_WITH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
+  m.def("device_info", &device_info);
+  m.def("arm_available", &arm_available, pybind11::arg("arm"));
+  m.def("last_arm", [] { return g_last_arm; },
+        "The arm that ran in this thread's last chunk_gated_delta_rule call ('' before any).");
+  m.def("last_note", [] { return g_last_note; },
+        "Why the last call's arm differs from the one requested ('' if it does not).");
+}

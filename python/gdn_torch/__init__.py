@@ -1,0 +1,11 @@
+"""gdn_torch: the gated delta rule (Gated DeltaNet) prefill of libgdn for PyTorch.
+
+A drop-in for ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (flash-linear-attention 0.6):
+same shapes ([B, T, H, K] q/k, [B, T, HV, V] v, [B, T, HV] g/beta), same defaults
+(scale = K^-1/2), same returns ((o in q's dtype, final state [N, HV, K, V] fp32 or None)).
+Forward only (no autograd).
+"""
+from . import _C  # noqa: F401  (loads libgdn and registers the torch.ops.gdn ops)
+from ._ops import arm_available, chunk_gated_delta_rule, device_info, last_arm, version
+
+__all__ = ["chunk_gated_delta_rule", "arm_available", "device_info", "last_arm", "version"]

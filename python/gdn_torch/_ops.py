@@ -1,0 +1,162 @@
+"""Python API over the ``torch.ops.gdn`` custom ops: fla-compatible argument handling and the
+fake (meta) kernels that let torch.compile trace the ops without running them."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _C
+
+_ARMS = ("auto", "cpu", "serial", "wy-fp32", "wy-tc", "wy_fp32", "wy_tc")
+_HEAD_MAPS = ("grouped", "tiled")
+_IO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@torch.library.register_fake("gdn::chunk_gated_delta_rule")
+def _chunk_gated_delta_rule_fake(q, k, v, g, beta, scale, initial_state, output_final_state,
+                                 cu_seqlens, cu_seqlens_cpu, use_qk_l2norm, head_map,
+                                 state_v_first, arm):
+    B, T, _, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else B
+    o = q.new_empty((B, T, HV, V))
+    if output_final_state:
+        shape = (N, HV, V, K) if state_v_first else (N, HV, K, V)
+        hT = q.new_empty(shape, dtype=torch.float32)
+    else:
+        hT = q.new_empty((0,), dtype=torch.float32)
+    return o, hT
+
+
+def _shape_error(name: str, want: str, t: torch.Tensor) -> ValueError:
+    return ValueError(f"gdn: {name} must have shape {want}, got {tuple(t.shape)}")
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    head_map: str = "grouped",
+    arm: str = "auto",
+    state_v_first: bool = False,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    r"""Gated delta rule prefill, fla's ``chunk_gated_delta_rule`` semantics (forward only).
+
+    Per sequence and value head h, state S [K, V] fp32, for each token t (DESIGN.md §1)::
+
+        S = exp(g_t) S;  u_t = beta_t (v_t - S^T k_t);  S += k_t u_t^T;  o_t = scale S^T q_t
+
+    Args:
+        q, k: ``[B, T, H, K]``, bf16 | fp16 | fp32 (one dtype for q, k, v).
+        v: ``[B, T, HV, V]``; HV a multiple of H (GVA).
+        g: ``[B, T, HV]`` log-decay (<= 0), any float dtype (read as fp32).
+        beta: ``[B, T, HV]`` in [0, 1], fp32 or bf16 (other float dtypes are read as fp32).
+        scale: output scale; ``None`` means ``K ** -0.5`` (fla's default).
+        initial_state: ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``), any float
+            dtype, read as fp32. N = B, or the number of sequences with ``cu_seqlens``.
+        output_final_state: return the final state ``[N, HV, K, V]`` in fp32.
+
+    Keyword-only (fla 0.5 and 0.6 order these differently; by keyword both calls work):
+        cu_seqlens: ``[N+1]`` int32/int64 offsets of packed sequences (B must be 1); zero-length
+            sequences are allowed. On the GPU it is copied to the host (one device sync) unless
+            ``cu_seqlens_cpu`` (a CPU copy, as fla 0.6 takes it) is given as well.
+        use_qk_l2norm_in_kernel: normalize q and k per head as ``x * rsqrt(sum(x^2) + 1e-6)``.
+        head_map: value head h reads key head ``h // (HV // H)`` ("grouped": fla, HF) or
+            ``h % H`` ("tiled").
+        arm: "auto" | "cpu" | "serial" | "wy-fp32" | "wy-tc"; an arm that cannot run falls back
+            and says why once on stderr (``gdn_torch.last_arm()`` names the arm that ran).
+        state_v_first: state layout ``[..., V, K]`` (fla 0.6's ``state_v_first``).
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state fp32 or ``None``.
+
+    Raises ValueError for bad shapes, dtypes, devices or options (the library's message),
+    NotImplementedError for a geometry no arm implements, RuntimeError for a CUDA failure.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise _shape_error("q", "[B, T, H, K]", q)
+    if k.shape != q.shape:
+        raise ValueError(f"gdn: k must have q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise _shape_error("v", f"[{q.shape[0]}, {q.shape[1]}, HV, V]", v)
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    for name, t in (("g", g), ("beta", beta)):
+        if tuple(t.shape) != (B, T, HV):
+            raise _shape_error(name, f"[B, T, HV] = [{B}, {T}, {HV}]", t)
+    if H == 0 or HV % H != 0:
+        raise ValueError(f"gdn: HV={HV} value heads must be a positive multiple of H={H}")
+    if q.dtype not in _IO_DTYPES:
+        raise ValueError(f"gdn: q dtype {q.dtype} not supported (bfloat16, float16, float32)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"gdn: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, t in (("g", g), ("beta", beta)):
+        if not t.is_floating_point():
+            raise ValueError(f"gdn: {name} must be a floating-point tensor, got {t.dtype}")
+    for name, t in (("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state)):
+        if t is not None and t.device != q.device:
+            raise ValueError(f"gdn: {name} is on {t.device} but q is on {q.device}")
+    if q.is_cuda and not _C.cuda_built():
+        raise RuntimeError("gdn: this gdn_torch build has no CUDA arms (no nvcc at build time, or "
+                           "GDN_FORCE_CPU=1); rebuild with nvcc on PATH or pass CPU tensors")
+    if head_map not in _HEAD_MAPS:
+        raise ValueError(f"gdn: head_map must be one of {_HEAD_MAPS}, got {head_map!r}")
+    if arm not in _ARMS:
+        raise ValueError(f"gdn: arm must be one of {_ARMS[:5]}, got {arm!r}")
+    N = B
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"gdn: the batch size must be 1 with cu_seqlens (packed tokens), "
+                             f"got B={B}; flatten the inputs to [1, total_T, ...]")
+        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+            raise ValueError(f"gdn: cu_seqlens must be 1-D with N+1 >= 2 entries, got shape "
+                             f"{tuple(cu_seqlens.shape)}")
+        N = cu_seqlens.shape[0] - 1
+    elif cu_seqlens_cpu is not None:
+        raise ValueError("gdn: cu_seqlens_cpu given without cu_seqlens")
+    if initial_state is not None:
+        V = v.shape[3]
+        want = (N, HV, V, K) if state_v_first else (N, HV, K, V)
+        if tuple(initial_state.shape) != want:
+            raise ValueError(f"gdn: initial_state must have shape {list(want)} (N={N} sequences), "
+                             f"got {tuple(initial_state.shape)}")
+        if not initial_state.is_floating_point():
+            raise ValueError(f"gdn: initial_state must be floating-point, got {initial_state.dtype}")
+    if scale is not None:
+        scale = float(scale)
+    o, hT = torch.ops.gdn.chunk_gated_delta_rule(
+        q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens,
+        cu_seqlens_cpu, bool(use_qk_l2norm_in_kernel), head_map, bool(state_v_first), arm)
+    return o, (hT if output_final_state else None)
+
+
+def device_info() -> dict:
+    """What libgdn sees: CUDA build, device count, compute capability, name, runtime."""
+    return _C.device_info()
+
+
+def arm_available(arm: str) -> Tuple[bool, str]:
+    """(True, "") if ``arm`` can run on this build and machine, else (False, why)."""
+    return _C.arm_available(arm)
+
+
+def last_arm() -> str:
+    """The arm that ran in this thread's last ``chunk_gated_delta_rule`` call."""
+    return _C.last_arm()
+
+
+def version() -> str:
+    return _C.version()
