@@ -29,9 +29,14 @@ const FoldPrecision kTable[] = {
     {Arm::cpu, 64, kF32, 0, 0, 0, 0, kF32, "fp32 FMA folds and solve; operands are the stored inputs"},
     {Arm::serial, 1, kF32, 0, 0, 0, 0, 0, "fp32 recurrence, one step per token, no solve"},
     {Arm::wy_fp32, 64, kF32, 0, 0, 0, 0, kF32, "fp32 FMA folds, fp32 solve"},
-    {Arm::wy_tc, 64, kF32, kBF16, kBF16, kBF16, kSplit, kF32,
-     "bf16 operands for K K^T, Q K^T, W/U, attention; state split hi+lo bf16 (~2^-16); fp32 "
-     "accumulate and solve"},
+    // wy-tc v1 (src/cuda/wy_tc/wy_tc.cu header): every mma operand that is not exactly a bf16
+    // number is split x = bf16 hi + bf16 lo (|x - hi - lo| <= 2^-18 |x|) and multiplied as
+    // hi*hi + hi*lo + lo*hi (dropped lo*lo <= 2^-18 |a||b|), so each fold's operand rounding is
+    // <= 2^-17 < kSplit; bf16 q/k in K K^T, Q K^T are exact (0 <= kSplit); f16 q/k/v split
+    // exactly; f32 io is carried to 16 significant bits (2^-17). Solve and accumulation fp32.
+    {Arm::wy_tc, 64, kF32, kSplit, kSplit, kSplit, kSplit, kF32,
+     "split hi+lo bf16 operands (~2^-16) in every mma fold incl. the state; fp32 accumulate and "
+     "solve"},
 };
 
 double unit_roundoff(DType d) {
