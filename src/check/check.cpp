@@ -441,7 +441,7 @@ Row evaluate(Arm arm, const Case& c, const Oracle& ref, bool on_device) {
 }
 
 std::string format_table(const std::vector<Row>& rows) {
-  std::string s = fmt::format("{:<16} {:<48} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>5} {:>4}  {}\n",
+  std::string s = fmt::format("{:<16} {:<62} {:>9} {:>9} {:>6} {:>9} {:>9} {:>6} {:>5} {:>4}  {}\n",
                               "arm", "fixture", "o_err", "o_bound", "o_util", "st_err",
                               "st_bound", "s_util", "nctl", "pass", "note");
   for (const Row& r : rows) {
@@ -449,7 +449,7 @@ std::string format_table(const std::vector<Row>& rows) {
     if (r.o.nan_count || r.state.nan_count)
       note += fmt::format("{}non-finite: o {} state {}", note.empty() ? "" : "; ", r.o.nan_count,
                           r.state.nan_count);
-    s += fmt::format("{:<16} {:<48} {:>9.2e} {:>9.2e} {:>6.3f} {:>9.2e} {:>9.2e} {:>6.3f} {:>5} {:>4}  {}\n",
+    s += fmt::format("{:<16} {:<62} {:>9.2e} {:>9.2e} {:>6.3f} {:>9.2e} {:>9.2e} {:>6.3f} {:>5} {:>4}  {}\n",
                      r.arm, r.fixture, r.o.rel_rms, r.bound.o, r.util_o, r.state.rel_rms,
                      r.bound.state, r.util_state, r.negative_control_failed ? "ok" : "BAD",
                      r.pass ? "ok" : "FAIL", note);
