@@ -83,9 +83,9 @@ __device__ __forceinline__ void load_vec(const TS* p, float (&x)[VEC]) {
     const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
     const unsigned w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
-      x[2 * e] = f.x, x[2 * e + 1] = f.y;
+    for (int e = 0; e < 4; ++e) {  // bf16 -> f32 is a 16-bit shift: no address taken
+      x[2 * e] = __uint_as_float(w[e] << 16);
+      x[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
     }
   }
 }
@@ -96,10 +96,9 @@ __device__ __forceinline__ void store_vec(TS* p, const float (&x)[VEC]) {
   } else {
     unsigned w[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const __nv_bfloat162 b = __floats2bfloat162_rn(x[2 * e], x[2 * e + 1]);
-      w[e] = *reinterpret_cast<const unsigned*>(&b);
-    }
+    for (int e = 0; e < 4; ++e)
+      w[e] = unsigned(__bfloat16_as_ushort(__float2bfloat16_rn(x[2 * e]))) |
+             unsigned(__bfloat16_as_ushort(__float2bfloat16_rn(x[2 * e + 1]))) << 16;
     __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
   }
 }
