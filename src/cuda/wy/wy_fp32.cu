@@ -68,8 +68,9 @@ struct StateCfg {
   static constexpr int LDK = K + 4;  // Op row stride: rows rg and rg + 32 fall in distinct banks
   static constexpr int LDP = C + 4;  // P row stride, float4-aligned
   // smem: S K x 16 x 4 = 8 KiB; Op 64 x 132 x 4 = 33,792 B (W, then Q, then Kd); P 64 x 68 x 4 =
-  // 17,408 B; Vn 64 x 16 x 4 = 4 KiB; G 256 B: ~63 KiB at K = 128, three blocks per SM.
-  static constexpr int smem_floats = K * VS + C * LDK + C * LDP + C * VS + C;
+  // 17,408 B; Vn 64 x 16 x 4 = 4 KiB; G, exp(G), exp(G_C - G) 768 B: ~63 KiB at K = 128, three
+  // blocks per SM.
+  static constexpr int smem_floats = K * VS + C * LDK + C * LDP + C * VS + 3 * C;
   static constexpr std::size_t smem_bytes = sizeof(float) * smem_floats;
   static_assert(RG == 32 && C == 2 * RG, "phase a/b: rows rg and rg + 32 per thread");
   static_assert(RK == 2 || RK == 4, "phase c: float2/float4 state rows");
@@ -186,16 +187,18 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
       for (int b = 0; b < 4; ++b) {
         const int i = 4 * ti + a, j = 4 * tj + b;
         // Gam is formed only for i >= j, where the exponent is <= 0 (mask before the exp).
-        const float gam = i >= j ? __expf(Gs[i] - Gs[j]) : 0.f;
+        const float gam = i >= j ? expf(Gs[i] - Gs[j]) : 0.f;
         As[i * LDA + j] = i > j ? Bs[i] * gam * kk[a][b] : 0.f;
         out[Ws<K, V>::P + i * C + j] = i >= j ? gam * qk[a][b] : 0.f;
       }
   }
   __syncthreads();
   // Right-hand sides: [diag(beta exp G) K | diag(beta) V]; V overwrites Q (no longer needed).
+  if (tid < C) As[tid * LDA + tid] = Bs[tid] * expf(Gs[tid]);  // row factor on A's (zero) diagonal
+  __syncthreads();
   for (int e = tid; e < C * K; e += Cfg::NT) {
     const int i = e / K, d = e % K;
-    Ks[i * LDK + d] *= Bs[i] * __expf(Gs[i]);
+    Ks[i * LDK + d] *= As[i * LDA + i];
   }
   for (int e = tid; e < C * V; e += Cfg::NT) {
     const int i = e / V, d = e % V;
@@ -247,7 +250,9 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
   float* Op = Ss + K * VS;                      // [C][LDK]: W, then Q, then Kd
   float* Pm = Op + C * LDK;                     // [C][LDP]
   float* Vn = Pm + C * LDP;                     // [C][VS]
-  float* Gs = Vn + C * VS;                      // [C]
+  float* Gs = Vn + C * VS;                      // [C] G
+  float* Eg = Gs + C;                           // [C] exp(G_i)
+  float* Ed = Eg + C;                           // [C] exp(G_C - G_i)
 
   const int v0 = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
   const int kh = grouped ? h / (HV / HK) : h % HK;
@@ -271,7 +276,12 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     const ChunkDesc cd = chunks[ci];
     const float* w = ws + (static_cast<std::int64_t>(ci) * HV + h) * Ws<K, V>::size;
     // Load G, W and P.
-    if (tid < C) Gs[tid] = w[Ws<K, V>::G + tid];
+    if (tid < C) {  // exponents are <= 0: G_i <= 0 and G_C <= G_i
+      const float gi = w[Ws<K, V>::G + tid];
+      Gs[tid] = gi;
+      Eg[tid] = expf(gi);
+      Ed[tid] = expf(w[Ws<K, V>::G + C - 1] - gi);
+    }
     for (int e = tid; e < C * K / 4; e += Cfg::NT) {
       const int i = e / (K / 4), d = 4 * (e % (K / 4));
       *reinterpret_cast<float4*>(&Op[i * LDK + d]) =
@@ -356,7 +366,7 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       for (int r = 0; r < 2; ++r) {
         const int i = rg + 32 * r;
         if (i < cd.len) {
-          const float eg = __expf(Gs[i]);
+          const float eg = Eg[i];
           OT* orow = o + (cd.t0 + i) * os0 + h * os1 + v0 + col;
 #pragma unroll
           for (int c = 0; c < 4; ++c) orow[c] = from_f32<OT>(scale * fmaf(eg, qs[r][c], pv[r][c]));
@@ -370,13 +380,13 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     const float GC = Gs[C - 1];
     for (int e = tid; e < C * K; e += Cfg::NT) {
       const int i = e / K, d = e % K;
-      Op[i * LDK + d] *= __expf(GC - Gs[i]);
+      Op[i * LDK + d] *= Ed[i];
     }
     __syncthreads();
 
     // Phase c: S' = exp(G_C) S + Kd^T Vn on this thread's RK x 4 block.
     {
-      const float eC = __expf(GC);
+      const float eC = expf(GC);
 #pragma unroll
       for (int r = 0; r < RK; ++r)
 #pragma unroll
