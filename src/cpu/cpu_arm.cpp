@@ -30,27 +30,40 @@ static_assert(CpuTile::C % CpuTile::MR == 0 && CpuTile::C % CpuTile::NR == 0);
 
 inline int pad16(int x) { return (x + 15) / 16 * 16; }
 
+// 8 fp32 lanes (one AVX2 register) as a GCC vector type: the micro-kernel below is written in
+// whole registers so the accumulators stay in ymm registers (plain arrays got spilled).
+typedef float v8f __attribute__((vector_size(32)));
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+
 // C[M, N] (+|-)= A[M, P] B[P, N]; M % MR == 0, N % NR == 0 (buffers are zero-padded to that).
 template <bool kSub>
 void gemm(int M, int N, int P, const float* A, int lda, const float* B, int ldb, float* Cm,
           int ldc) {
   constexpr int MR = CpuTile::MR, NR = CpuTile::NR;
+  static_assert(NR == 16, "two v8f per row");
   for (int i0 = 0; i0 < M; i0 += MR)
     for (int j0 = 0; j0 < N; j0 += NR) {
-      float acc[MR][NR] = {};
+      v8f acc[MR][2] = {};
+      const float* a0 = A + static_cast<std::ptrdiff_t>(i0) * lda;
       for (int p = 0; p < P; ++p) {
         const float* b = B + static_cast<std::ptrdiff_t>(p) * ldb + j0;
+        const v8f b0 = load8(b), b1 = load8(b + 8);
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
-          const float a = A[static_cast<std::ptrdiff_t>(i0 + r) * lda + p];
-#pragma GCC unroll 16
-          for (int c = 0; c < NR; ++c) acc[r][c] += a * b[c];
+          const float a = a0[static_cast<std::ptrdiff_t>(r) * lda + p];
+          acc[r][0] += a * b0;
+          acc[r][1] += a * b1;
         }
       }
       for (int r = 0; r < MR; ++r) {
         float* cr = Cm + static_cast<std::ptrdiff_t>(i0 + r) * ldc + j0;
-#pragma GCC unroll 16
-        for (int c = 0; c < NR; ++c) cr[c] = kSub ? cr[c] - acc[r][c] : cr[c] + acc[r][c];
+        for (int h = 0; h < 2; ++h)
+          store8(cr + 8 * h, kSub ? load8(cr + 8 * h) - acc[r][h] : load8(cr + 8 * h) + acc[r][h]);
       }
     }
 }
