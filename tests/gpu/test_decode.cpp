@@ -256,7 +256,8 @@ TEST(DecodeGpu, PrefillStateEqualsDecodeSteps) {
   pa.on_device = true;
   gdn::Problem p = f.prob;
   gdn::RunInfo info;
-  const gdn::Status st = gdn::prefill(p, pa, gdn::Arm::automatic, &info);
+  // serial: an fp32-state arm, so 1e-5 is a fair tolerance (wy-tc folds in lower precision)
+  const gdn::Status st = gdn::prefill(p, pa, gdn::Arm::serial, &info);
   ASSERT_TRUE(st.ok()) << "prefill (arm " << gdn::to_string(info.ran) << ") failed: " << st.message();
   std::vector<float> hT_h(tile);
   CU(cudaMemcpy(hT_h.data(), hT, tile * 4, cudaMemcpyDeviceToHost));
