@@ -15,7 +15,7 @@
 # Env:
 #   OUT                  where logs/results go (the device tool sets it; default .gpu/out)
 #   GDN_BENCH_CASES      ';'-separated `gdn bench` argument lists (default: the list below)
-#   GDN_SANITIZE_FILTER  gtest filter for the sanitizers (default '*T65*')
+#   GDN_SANITIZE_FILTER  gtest filter for the sanitizers (default '*T65*:*ZeroLength*')
 #   GDN_JOBS             build jobs (16);   GDN_CTEST_JOBS  parallel GPU test processes (4)
 #   GDN_DEADLINE_S       seconds after start by which the last stage must be done (570): work that
 #                        would start later is skipped and recorded, so the summary is never lost
@@ -34,7 +34,7 @@ BUILD=${GDN_BUILD_DIR:-build-gpu}
 JOBS=${GDN_JOBS:-16}
 CTEST_JOBS=${GDN_CTEST_JOBS:-4}
 DEADLINE=${GDN_DEADLINE_S:-570}
-SANITIZE_FILTER=${GDN_SANITIZE_FILTER:-*T65*}
+SANITIZE_FILTER=${GDN_SANITIZE_FILTER:-*T65*:*ZeroLength*}
 GENCODE="-gencode=arch=compute_90a,code=sm_90a"
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH=/usr/local/cuda/bin:$PATH
 
@@ -64,7 +64,12 @@ head -1 "$OUT/env.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
 nvcc --version 2>&1 | tail -1
 
-ensure_built() {  # builds the given targets (no-op when up to date); 0 if all exist after
+configure() {
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$ROOT/.deps/root/usr" -DGDN_CUDA_GENCODE="$GENCODE" >> "$OUT/build.log" 2>&1
+}
+ensure_built() {  # configures if needed, then builds the given targets (no-op when up to date)
+  [[ -f $BUILD/CMakeCache.txt ]] || configure
   cmake --build "$BUILD" -j "$JOBS" --target "$@" >> "$OUT/build.log" 2>&1
 }
 
@@ -75,9 +80,8 @@ stage_build() {
     echo "no .deps/root/usr: relying on system packages (run scripts/fetch_deps.sh and carry .deps)" \
       | tee -a "$OUT/build.log"
   fi
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$ROOT/.deps/root/usr" -DGDN_CUDA_GENCODE="$GENCODE" \
-    > "$OUT/build.log" 2>&1
+  : > "$OUT/build.log"
+  configure
   rc=$?
   if ((rc != 0)); then record build FAIL "configure (rc $rc), see build.log"; return; fi
   # -k 0: build everything that can be built, so one broken file does not block the rest.

@@ -81,6 +81,11 @@ TEST(capi, cpu_T70_0_33_HK2_HV4_K64_V32_bf16_h0_tiled_bitwise_equals_cpp) {
   EXPECT_EQ(ran, GDN_ARM_CPU);
   EXPECT_EQ(std::memcmp(o_cpp.data(), o_c.data(), o_c.size()), 0) << "o differs C vs C++";
   EXPECT_EQ(std::memcmp(h_cpp.data(), h_c.data(), h_c.size()), 0) << "hT differs C vs C++";
+
+  // Negative control: a different scale through the C API must change o (the comparison can fail).
+  ca.p.scale *= 2;
+  ASSERT_EQ(gdn_prefill(&ca.p, &ca.a, GDN_ARM_CPU, &ran, msg, sizeof msg), GDN_OK) << msg;
+  EXPECT_NE(std::memcmp(o_cpp.data(), o_c.data(), o_c.size()), 0) << "control: scale ignored";
 }
 
 // One bad-input case: the call fails with `code`, the message names the problem, and o/hT keep

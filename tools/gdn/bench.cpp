@@ -50,7 +50,7 @@ struct BenchOptions {
   int seqs = 0;             // 0: 1 (prefill) or 256 (decode)
   std::string arm = "auto";
   std::string dtype = "bf16";
-  int iters = 0;    // 0: auto (about 1 s of GPU time, or about 10 s on the CPU)
+  int iters = 0;    // 0: auto (about 1 s of GPU time, or about 20 s on the CPU)
   int warmup = -1;  // -1: 3 on the GPU, 1 on the CPU
   std::string json;
   bool no_check = false;
@@ -345,7 +345,8 @@ Timing run_cpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
     if (!tm.status.ok()) return tm;
   }
   tm.warmup = warmup;
-  if (iters <= 0) iters = auto_iters(first, 10000, 3, 20);
+  // Auto: about 20 s of timed calls, at least one (the 2-core CI box must finish in a minute).
+  if (iters <= 0) iters = auto_iters(first, 20000, 1, 20);
   for (int i = 0; i < iters; ++i) {
     prog.tick("timing", i + 1, iters);
     tm.ms.push_back(call());
@@ -624,7 +625,10 @@ int run_bench(const BenchOptions& opt) {
   const DeviceInfo dev = device_info();
   // The GPU runs unless the cpu arm is asked for or there is no usable device.
   std::string gpu_why;
-  const bool gpu_ok = arm_available(Arm::serial, dev, &gpu_why);
+  const bool gpu_ok = arm_available(Arm::serial, dev, nullptr);
+  if (!dev.cuda_built) gpu_why = "this build has no CUDA (nvcc was not found at configure time)";
+  else if (dev.device_count == 0) gpu_why = "no CUDA device found";
+  else if (!gpu_ok) gpu_why = fmt::format("device {} is sm_{}, the GPU arms need sm_80+", dev.name, dev.sm);
   const bool on_gpu = gpu_ok && arm != Arm::cpu;
   std::string fallback;
   if (!on_gpu && arm != Arm::cpu) {
@@ -790,7 +794,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--seqs", opt->seqs, "Number of equal-length sequences (default 1; decode 256)");
   sub->add_option("--arm", opt->arm, "auto|cpu|serial|wy-fp32|wy-tc")->capture_default_str();
   sub->add_option("--dtype", opt->dtype, "q/k/v/o dtype: bf16|f16|f32")->capture_default_str();
-  sub->add_option("--iters", opt->iters, "Timed calls (default: auto, about 1 s GPU / 10 s CPU)");
+  sub->add_option("--iters", opt->iters, "Timed calls (default: auto, about 1 s GPU / 20 s CPU)");
   sub->add_option("--warmup", opt->warmup, "Untimed calls first (default 3 GPU, 1 CPU)");
   sub->add_option("--json", opt->json, "Append one JSON line per case (DESIGN.md §7) to FILE");
   sub->add_flag("--no-check", opt->no_check, "Skip the fp64 oracle errors (recorded as null)");
