@@ -91,7 +91,7 @@ stage_build() {
   spills=$(grep -c -i "bytes spill" "$OUT/build.log")
   warns=$(grep -c -i "warning" "$OUT/build.log")
   local have=""
-  for t in gdn gdn_tests_gpu; do [[ -x $BUILD/$t ]] && have+="$t "; done
+  for t in gdn tests/gdn_tests_gpu; do [[ -x $BUILD/$t ]] && have+="$t "; done
   if ((rc == 0)); then
     record build OK "$(($(date +%s) - t0)) s, $warns warning lines, $spills spill lines"
   else
@@ -101,7 +101,7 @@ stage_build() {
 
 stage_test() {
   ensure_built gdn_tests_gpu
-  if [[ ! -x $BUILD/gdn_tests_gpu ]]; then record test FAIL "gdn_tests_gpu not built"; return; fi
+  if [[ ! -x $BUILD/tests/gdn_tests_gpu ]]; then record test FAIL "gdn_tests_gpu not built"; return; fi
   local left=$(($(time_left) - 10))
   if ((left < 30)); then record test SKIP "out of time ($(elapsed) s elapsed)"; return; fi
   (cd "$BUILD" && timeout "$left" ctest -L gpu --output-on-failure -j "$CTEST_JOBS" --timeout 300) \
@@ -110,14 +110,18 @@ stage_test() {
   line=$(grep -E "tests passed|tests failed" "$OUT/ctest_gpu.log" | tail -1)
   local skipped
   skipped=$(grep -c "\*\*\*Skipped\|Not Run" "$OUT/ctest_gpu.log")
-  if ((rc == 0)); then record test OK "${line:-no summary line} ($skipped skipped)"
+  local total
+  total=$(grep -oE "out of [0-9]+" <<< "$line" | grep -oE "[0-9]+")
+  if ((rc == 0)) && [[ -n $total && $skipped -ge $total ]]; then
+    record test FAIL "all $total GPU tests skipped (exit 77): no GPU visible to the tests"
+  elif ((rc == 0)); then record test OK "${line:-no summary line} ($skipped skipped)"
   elif ((rc == 124)); then record test FAIL "timed out after ${left} s; ${line}"
   else record test FAIL "rc $rc: ${line:-no summary line}, see ctest_gpu.log"; fi
 }
 
 stage_sanitize() {
   ensure_built gdn_tests_gpu
-  if [[ ! -x $BUILD/gdn_tests_gpu ]]; then record sanitize FAIL "gdn_tests_gpu not built"; return; fi
+  if [[ ! -x $BUILD/tests/gdn_tests_gpu ]]; then record sanitize FAIL "gdn_tests_gpu not built"; return; fi
   local cs
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [[ ! -x $cs ]]; then record sanitize FAIL "compute-sanitizer not found"; return; fi
@@ -127,7 +131,7 @@ stage_sanitize() {
     if ((left < 30)); then record "$tool" SKIP "out of time ($(elapsed) s elapsed)"; continue; fi
     echo "==== compute-sanitizer --tool $tool, filter '$SANITIZE_FILTER'" >> "$OUT/sanitize.log"
     timeout "$left" "$cs" --tool "$tool" --error-exitcode 99 \
-      "$BUILD/gdn_tests_gpu" --gtest_filter="$SANITIZE_FILTER" >> "$OUT/sanitize.log" 2>&1
+      "$BUILD/tests/gdn_tests_gpu" --gtest_filter="$SANITIZE_FILTER" >> "$OUT/sanitize.log" 2>&1
     local rc=$? passed
     passed=$(grep -E "^\[  PASSED  \] [0-9]+ test" "$OUT/sanitize.log" | tail -1 | grep -oE "[0-9]+" | head -1)
     local summary
