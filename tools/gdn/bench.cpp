@@ -585,6 +585,7 @@ std::string fmt_rate(double per_s, const char* unit) {
   if (per_s >= 1e12) return fmt::format("{:.2f} T{}", per_s / 1e12, unit);
   if (per_s >= 1e9) return fmt::format("{:.2f} G{}", per_s / 1e9, unit);
   if (per_s >= 1e6) return fmt::format("{:.2f} M{}", per_s / 1e6, unit);
+  if (per_s >= 1e3) return fmt::format("{:.2f} k{}", per_s / 1e3, unit);
   return fmt::format("{:.3g} {}", per_s, unit);
 }
 
