@@ -1,16 +1,240 @@
-// SCAFFOLD: `gdn prefill` (the layer stack) placeholder so the CLI links; the layer helper
-// replaces this file.
+// `gdn prefill`: the model's stack of GDN layers over synthetic hidden states on the GPU —
+// per-stage device time (CUDA events), tokens/s, the non-GEMM share and the layer's time over
+// its GEMMs alone. Each layer gets the same synthetic hidden states (the attention and MLP blocks
+// between GDN layers are not run). Needs a CUDA GPU: without one it says so and exits 2.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "gdn/commands.hpp"
+#include "gdn/gdn.hpp"
+#include "gdn/layer.hpp"
+
+#ifdef GDN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#ifndef GDN_GIT_SHA
+#define GDN_GIT_SHA "unknown"
+#endif
 
 namespace gdn::cli {
-void add_prefill(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("prefill", "Run a GDN layer stack prefill (not implemented yet)");
-  sub->allow_extras();
-  sub->callback([] {
-    std::fprintf(stderr, "gdn prefill: not implemented yet\n");
-    exit_code() = 2;
-  });
+namespace {
+
+struct PrefillOptions {
+  std::string preset = "qwen3.5-27b";
+  std::int64_t tokens = 32768;
+  int layers = 0;  // 0: every GDN layer of the model
+  std::string checkpoint;
+  std::string arm = "auto";
+  std::string json;
+  int iters = 5;
+  std::uint64_t seed = 1;
+};
+
+void progress(const char* what, int done, int total) {
+  const int width = 30, fill = total ? done * width / total : width;
+  std::fprintf(stderr, "\r%-10s [%.*s%*s] %d/%d", what, fill, "##############################",
+               width - fill, "", done, total);
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
 }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+#ifdef GDN_WITH_CUDA
+int run_prefill(const PrefillOptions& opt) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "gdn prefill: %s\n", m.c_str());
+    return 1;
+  };
+  Arm arm;
+  if (!parse_arm(opt.arm, &arm)) return fail("unknown arm '" + opt.arm + "'");
+  const DeviceInfo dev = device_info();
+  if (dev.device_count == 0) {
+    std::fprintf(stderr, "gdn prefill: needs a CUDA GPU (none found); the layer runs on the GPU only\n");
+    return 2;
+  }
+  if (opt.tokens < 1 || opt.tokens > INT32_MAX) return fail("--tokens must be in 1..2^31-1");
+  layer::Config c;
+  std::unique_ptr<layer::Checkpoint> ck;
+  if (!opt.checkpoint.empty()) {
+    Status st = layer::load_config(opt.checkpoint + "/config.json", &c);
+    if (!st.ok()) return fail(st.message());
+    if (!(st = layer::Checkpoint::open(opt.checkpoint, &ck)).ok()) return fail(st.message());
+  } else if (!layer::preset(opt.preset, &c)) {
+    std::string names;
+    for (auto& n : layer::preset_names()) names += " " + n;
+    return fail("unknown preset '" + opt.preset + "' (have:" + names + ")");
+  }
+  std::vector<int> ids = c.gdn_layers;
+  if (opt.layers > 0 && opt.layers < static_cast<int>(ids.size())) ids.resize(opt.layers);
+  const int NL = static_cast<int>(ids.size());
+  if (NL == 0) return fail("the model has no GDN layers");
+  const std::int64_t T = opt.tokens;
+  std::printf("gdn prefill  %s  device %s (sm_%d)  cuda %s  commit %s\n", c.name.c_str(),
+              dev.name.c_str(), dev.sm, dev.cuda_runtime.c_str(), GDN_GIT_SHA);
+  std::printf("hidden %d  HK %d  HV %d  K %d  V %d  conv %d  GDN layers %d  tokens %lld  weights %s\n",
+              c.hidden, c.HK, c.HV, c.K, c.V, c.conv_kernel, NL, static_cast<long long>(T),
+              ck ? opt.checkpoint.c_str() : "synthetic");
+
+  std::vector<std::unique_ptr<layer::GpuLayer>> stack(NL);
+  for (int l = 0; l < NL; ++l) {
+    layer::Weights w;
+    Status st = ck ? ck->load_layer(c, ids[l], &w) : Status::Ok();
+    if (!ck) w = layer::synthesize(c, opt.seed * 1000003ULL + ids[l]);
+    if (!st.ok()) return fail(st.message());
+    if (!(st = layer::GpuLayer::create(c, w, 1, &stack[l])).ok())
+      return fail("layer " + std::to_string(ids[l]) + ": " + st.message());
+    progress("weights", l + 1, NL);
+  }
+  std::unique_ptr<layer::Workspace> ws;
+  Status st = layer::Workspace::create(c, T, 1, &ws);
+  if (!st.ok()) return fail(st.message());
+  const std::size_t xn = static_cast<std::size_t>(T) * c.hidden;
+  void *x = nullptr, *y = nullptr;
+  if (cudaMalloc(&x, xn * 2) != cudaSuccess || cudaMalloc(&y, xn * 2) != cudaSuccess)
+    return fail("cannot allocate hidden states");
+  {
+    std::vector<std::uint16_t> xh(xn);
+    std::mt19937_64 rng(opt.seed);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& v : xh) v = layer::f32_to_bf16(nd(rng));
+    cudaMemcpy(x, xh.data(), xn * 2, cudaMemcpyHostToDevice);
+  }
+  const std::int32_t cu[2] = {0, static_cast<std::int32_t>(T)}, slot = 0;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  RunInfo info;
+  auto pass = [&](layer::StageTimes* times) -> Status {
+    for (int l = 0; l < NL; ++l) {
+      Status s = stack[l]->prefill(x, y, cu, 1, &slot, *ws, nullptr, arm, times, &info);
+      if (!s.ok()) return Status(s.code(), "layer " + std::to_string(ids[l]) + ": " + s.message());
+    }
+    return Status::Ok();
+  };
+  const int units = 2 * opt.iters + 2;
+  int done = 0;
+  // Warm-up (cuBLAS heuristics, arm first call), then timed passes of the whole stack.
+  if (!(st = pass(nullptr)).ok()) return fail(st.message());
+  progress("measure", ++done, units);
+  std::vector<double> stack_ms, gemm_ms;
+  for (int i = 0; i < opt.iters; ++i) {
+    for (auto& L : stack) L->zero_slots();
+    cudaEventRecord(e0);
+    if (!(st = pass(nullptr)).ok()) return fail(st.message());
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    stack_ms.push_back(ms);
+    progress("measure", ++done, units);
+  }
+  for (int i = 0; i < opt.iters; ++i) {
+    cudaEventRecord(e0);
+    for (auto& L : stack)
+      if (!(st = L->gemms_only(x, y, T, *ws)).ok()) return fail(st.message());
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    gemm_ms.push_back(ms);
+    progress("measure", ++done, units);
+  }
+  layer::StageTimes tm;
+  for (auto& L : stack) L->zero_slots();
+  if (!(st = pass(&tm)).ok()) return fail(st.message());
+  progress("measure", ++done, units);
+  if (cudaDeviceSynchronize() != cudaSuccess) return fail("CUDA error after the runs");
+  cudaFree(x);
+  cudaFree(y);
+
+  const double layer_ms = median(stack_ms) / NL, gemm_only_ms = median(gemm_ms) / NL;
+  const double total = tm.total();
+  const double nongemm = total > 0 ? (tm.conv + tm.gates + tm.recur + tm.norm) / total : 0.0;
+  const double ratio = gemm_only_ms > 0 ? layer_ms / gemm_only_ms : 0.0;
+  const double tok_s = static_cast<double>(T) / (median(stack_ms) * 1e-3);
+  std::printf("\nrecurrence arm: %s%s%s\n", to_string(info.ran), info.note.empty() ? "" : " — ",
+              info.note.c_str());
+  std::printf("%-12s %10s %8s   (per layer, one instrumented pass)\n", "stage", "ms", "share");
+  const std::pair<const char*, double> rows[] = {{"projections", tm.proj}, {"conv", tm.conv},
+                                                 {"gates", tm.gates},      {"recurrence", tm.recur},
+                                                 {"norm", tm.norm},        {"out-proj", tm.out}};
+  for (auto& [n, v] : rows)
+    std::printf("%-12s %10.4f %7.1f%%\n", n, v / NL, total > 0 ? 100.0 * v / total : 0.0);
+  std::printf("%-12s %10.4f\n", "sum", total / NL);
+  std::printf("\nlayer %.4f ms (median of %d stack passes / %d layers)  stack %.3f ms  %.0f tokens/s\n",
+              layer_ms, opt.iters, NL, median(stack_ms), tok_s);
+  std::printf("GEMMs alone %.4f ms/layer  layer / GEMMs = %.3fx (target <= 1.2x)\n", gemm_only_ms, ratio);
+  std::printf("non-GEMM share (conv+gates+recurrence+norm) = %.1f%% (target <= 15%%)\n", 100 * nongemm);
+
+  if (!opt.json.empty()) {
+    char date[16];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    nlohmann::ordered_json j;
+    j["date"] = date;
+    j["commit"] = GDN_GIT_SHA;
+    j["device"] = dev.name;
+    j["cuda"] = dev.cuda_runtime;
+    j["impl"] = "gdn";
+    j["arm"] = to_string(info.ran);
+    j["op"] = "layer";
+    j["preset"] = ck ? c.name : opt.preset;
+    j["tokens"] = T;
+    j["seqs"] = 1;
+    j["ms"] = layer_ms;
+    j["o_err"] = nullptr;
+    j["state_err"] = nullptr;
+    j["layers"] = NL;
+    j["stack_ms"] = median(stack_ms);
+    j["tokens_per_s"] = tok_s;
+    j["gemm_ms"] = gemm_only_ms;
+    j["layer_over_gemm"] = ratio;
+    j["nongemm_share"] = nongemm;
+    j["stage_ms"] = {{"proj", tm.proj / NL}, {"conv", tm.conv / NL}, {"gates", tm.gates / NL},
+                     {"recur", tm.recur / NL}, {"norm", tm.norm / NL}, {"out", tm.out / NL}};
+    std::ofstream f(opt.json, std::ios::app);
+    if (!f) return fail("cannot open " + opt.json + " for appending");
+    f << j.dump() << "\n";
+  }
+  return 0;
+}
+#else
+int run_prefill(const PrefillOptions&) {
+  std::fprintf(stderr, "gdn prefill: needs a CUDA build and a GPU (this build has no CUDA)\n");
+  return 2;
+}
+#endif
+
+}  // namespace
+
+void add_prefill(CLI::App& app) {
+  auto opt = std::make_shared<PrefillOptions>();
+  CLI::App* sub = app.add_subcommand("prefill", "Run the model's stack of GDN layers (GPU) and time each stage");
+  sub->add_option("--preset", opt->preset, "Model geometry: qwen3.5-27b, qwen3-next-80b, tiny")
+      ->capture_default_str();
+  sub->add_option("--tokens", opt->tokens, "Tokens in the one prefill sequence")->capture_default_str();
+  sub->add_option("--layers", opt->layers, "Run only the first N GDN layers (0: all)");
+  sub->add_option("--checkpoint", opt->checkpoint,
+                  "HF checkpoint directory (config.json + *.safetensors); default: synthetic weights");
+  sub->add_option("--arm", opt->arm, "Recurrence arm: auto, serial, wy-fp32, wy-tc")->capture_default_str();
+  sub->add_option("--json", opt->json, "Append a JSON record (DESIGN.md §7, op \"layer\") to FILE");
+  sub->add_option("--iters", opt->iters, "Timed passes of the stack (median)")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  sub->add_option("--seed", opt->seed, "Seed of synthetic weights and hidden states");
+  sub->callback([opt] { exit_code() = run_prefill(*opt); });
+}
+
 }  // namespace gdn::cli

@@ -1,0 +1,586 @@
+// The GDN layer on the GPU (include/gdn/layer.hpp): cuBLAS bf16 GEMMs around the recurrence,
+// with small elementwise kernels between them.
+//
+// Kernels in this file:
+//   conv_silu_kernel         prefill: causal depthwise conv (state-prefixed) + SiLU, q|k|v channels
+//   conv_state_kernel        prefill: the last kernel-1 conv inputs of each sequence -> its slot
+//   gates_kernel             beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
+//   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z), one warp per (token, value head)
+//   decode_conv_kernel       decode: conv over the slot's state + the new token, state shifted
+//   decode_recur_kernel      decode: one recurrence step per (sequence, value head), state in the
+//                            slot pool updated in place (H6's decode API had not landed; this is
+//                            a simple correct path: the state is read twice from global memory)
+// The prefill recurrence runs through gdn::prefill (any arm) on strided q/k/v views of the conv
+// output, with the slot states as h0/hT (in place when the slots are consecutive).
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cuda/common/common.cuh"
+#include "gdn/layer.hpp"
+
+namespace gdn::layer {
+
+using bf16 = __nv_bfloat16;
+using bf162 = __nv_bfloat162;
+using cuda::from_cuda;
+
+namespace {
+
+struct ConvTile {
+  static constexpr int kThreads = 128;  // channel pairs per block: 512 B of a token row, coalesced
+  static constexpr int kTokens = 16;    // tokens per block: the kernel-1 halo rows re-read from L1/L2
+                                        // are 3/16 of the tile's reads
+  static constexpr int kMaxKernel = 8;  // conv taps held in registers (Config::validate caps it)
+};
+struct NormTile {
+  static constexpr int kWarps = 8;     // rows (token, head) per 256-thread block
+  static constexpr int kPerLane = 8;   // V <= 256 = 32 lanes x 8
+};
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+// Sequence of token t: the largest n in [0, N) with cu[n] <= t (skips empty sequences).
+__device__ __forceinline__ int seq_of(const int* cu, int N, int t) {
+  int lo = 0, hi = N - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// proj: [T, P] bf16 (q|k|v in columns [0, CD)); conv_pool: [slots, KW-1, CD] bf16;
+// conv_w: [CD, KW] f32; qkv: [T, CD] bf16 out.
+__global__ void conv_silu_kernel(const bf16* __restrict__ proj, int P,
+                                 const bf16* __restrict__ conv_pool, const int* __restrict__ slots,
+                                 const int* __restrict__ cu, int N, const float* __restrict__ conv_w,
+                                 int KW, int CD, int T, bf16* __restrict__ qkv) {
+  const int c = 2 * (blockIdx.x * ConvTile::kThreads + threadIdx.x);
+  const int t0 = blockIdx.y * ConvTile::kTokens;
+  if (c >= CD || t0 >= T) return;
+  float w0[ConvTile::kMaxKernel], w1[ConvTile::kMaxKernel];
+#pragma unroll
+  for (int j = 0; j < ConvTile::kMaxKernel; ++j) {
+    w0[j] = j < KW ? conv_w[c * KW + j] : 0.f;
+    w1[j] = j < KW ? conv_w[(c + 1) * KW + j] : 0.f;
+  }
+  int n = seq_of(cu, N, t0);
+  for (int i = 0; i < ConvTile::kTokens; ++i) {
+    const int t = t0 + i;
+    if (t >= T) break;
+    while (t >= cu[n + 1]) ++n;
+    const int start = cu[n];
+    const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD;
+    float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < ConvTile::kMaxKernel; ++j) {
+      if (j >= KW) break;
+      const int p = t - (KW - 1) + j;
+      const bf16* src = p >= start ? proj + static_cast<std::int64_t>(p) * P + c
+                                   : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD + c;
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const bf162*>(src));
+      a0 += w0[j] * x.x;
+      a1 += w1[j] * x.y;
+    }
+    *reinterpret_cast<bf162*>(qkv + static_cast<std::int64_t>(t) * CD + c) =
+        __floats2bfloat162_rn(silu(a0), silu(a1));
+  }
+}
+
+// New conv state of each sequence: its last KW-1 conv inputs (older ones from the old state).
+// One thread per (sequence, channel pair) reads everything before writing: in place is safe.
+__global__ void conv_state_kernel(const bf16* __restrict__ proj, int P, bf16* conv_pool,
+                                  const int* __restrict__ slots, const int* __restrict__ cu, int N,
+                                  int KW, int CD) {
+  const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  const int n = blockIdx.y;
+  if (c >= CD || n >= N) return;
+  const int start = cu[n], L = cu[n + 1] - cu[n];
+  bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD;
+  bf162 v[ConvTile::kMaxKernel];
+#pragma unroll
+  for (int i = 0; i < ConvTile::kMaxKernel - 1; ++i) {
+    if (i >= KW - 1) break;
+    const int p = L - (KW - 1) + i;
+    v[i] = p >= 0 ? *reinterpret_cast<const bf162*>(proj + static_cast<std::int64_t>(start + p) * P + c)
+                  : *reinterpret_cast<const bf162*>(st + static_cast<std::int64_t>(L + i) * CD + c);
+  }
+#pragma unroll
+  for (int i = 0; i < ConvTile::kMaxKernel - 1; ++i) {
+    if (i >= KW - 1) break;
+    *reinterpret_cast<bf162*>(st + static_cast<std::int64_t>(i) * CD + c) = v[i];
+  }
+}
+
+// g, beta: [T, HV] f32 out; b and a read from proj columns b_col, a_col.
+__global__ void gates_kernel(const bf16* __restrict__ proj, int P, int b_col, int a_col,
+                             const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+                             int HV, std::int64_t T, float* __restrict__ g,
+                             float* __restrict__ beta) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * HV) return;
+  const std::int64_t t = i / HV;
+  const int h = static_cast<int>(i % HV);
+  const float b = __bfloat162float(proj[t * P + b_col + h]);
+  const float a = __bfloat162float(proj[t * P + a_col + h]) + dt_bias[h];
+  const float sp = a > 20.f ? a : log1pf(expf(a));  // torch softplus, threshold 20
+  beta[i] = 1.f / (1.f + expf(-b));
+  g[i] = -expf(A_log[h]) * sp;
+}
+
+// o: [T, HV, V] bf16; z from proj columns [z_col, z_col + HV*V); out: [T, HV*V] bf16.
+__global__ void gated_norm_kernel(const bf16* __restrict__ o, const bf16* __restrict__ proj, int P,
+                                  int z_col, const float* __restrict__ norm_w, int HV, int V,
+                                  float eps, std::int64_t rows, bf16* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * NormTile::kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const std::int64_t t = row / HV;
+  const int h = static_cast<int>(row % HV);
+  const bf16* orow = o + row * V;
+  const bf16* z = proj + t * P + z_col + static_cast<std::int64_t>(h) * V;
+  float ov[NormTile::kPerLane];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < NormTile::kPerLane; ++k) {
+    const int j = lane + 32 * k;
+    ov[k] = j < V ? __bfloat162float(orow[j]) : 0.f;
+    ss += ov[k] * ov[k];
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, s);
+  const float inv = rsqrtf(ss / static_cast<float>(V) + eps);
+#pragma unroll
+  for (int k = 0; k < NormTile::kPerLane; ++k) {
+    const int j = lane + 32 * k;
+    if (j < V) out[row * V + j] = __float2bfloat16_rn(ov[k] * inv * norm_w[j] * silu(__bfloat162float(z[j])));
+  }
+}
+
+// Decode: proj [N, P]; conv_pool [slots, KW-1, CD] updated in place; qkv [N, CD] out.
+__global__ void decode_conv_kernel(const bf16* __restrict__ proj, int P, bf16* conv_pool,
+                                   const int* __restrict__ slots, const float* __restrict__ conv_w,
+                                   int KW, int CD, int N, bf16* __restrict__ qkv) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int n = blockIdx.y;
+  if (c >= CD || n >= N) return;
+  bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+  const bf16 x = proj[static_cast<std::int64_t>(n) * P + c];
+  float acc = conv_w[c * KW + KW - 1] * __bfloat162float(x);
+  for (int j = 0; j < KW - 1; ++j) {
+    const bf16 s = st[static_cast<std::int64_t>(j) * CD];
+    acc += conv_w[c * KW + j] * __bfloat162float(s);
+    if (j > 0) st[static_cast<std::int64_t>(j - 1) * CD] = s;
+  }
+  if (KW > 1) st[static_cast<std::int64_t>(KW - 2) * CD] = x;
+  qkv[static_cast<std::int64_t>(n) * CD + c] = __float2bfloat16_rn(silu(acc));
+}
+
+// Decode recurrence, one block per (sequence, value head), thread j owns state column j.
+// smem: q[K] + k[K] floats (<= 2 KiB) + 64 floats of reduction scratch.
+__global__ void decode_recur_kernel(const bf16* __restrict__ qkv, int CD,
+                                    const float* __restrict__ g, const float* __restrict__ beta,
+                                    const int* __restrict__ slots, float* pool, int HK, int HV,
+                                    int K, int V, float scale, bf16* __restrict__ o) {
+  extern __shared__ float sm[];
+  float* qs = sm;
+  float* ks = sm + K;
+  float* red = sm + 2 * K;  // [2][32]
+  const int n = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int kh = h / (HV / HK);
+  const bf16* row = qkv + static_cast<std::int64_t>(n) * CD;
+  float sq = 0.f, sk = 0.f;
+  for (int i = tid; i < K; i += blockDim.x) {
+    qs[i] = __bfloat162float(row[kh * K + i]);
+    ks[i] = __bfloat162float(row[HK * K + kh * K + i]);
+    sq += qs[i] * qs[i];
+    sk += ks[i] * ks[i];
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    sq += __shfl_xor_sync(0xffffffffu, sq, s);
+    sk += __shfl_xor_sync(0xffffffffu, sk, s);
+  }
+  const int warps = blockDim.x / 32;
+  if ((tid & 31) == 0) red[tid >> 5] = sq, red[32 + (tid >> 5)] = sk;
+  __syncthreads();
+  sq = 0.f, sk = 0.f;
+  for (int w = 0; w < warps; ++w) sq += red[w], sk += red[32 + w];
+  const float iq = rsqrtf(sq + 1e-6f), ik = rsqrtf(sk + 1e-6f);
+  const int j = tid;
+  if (j >= V) return;
+  const std::int64_t gi = static_cast<std::int64_t>(n) * HV + h;
+  const float decay = expf(g[gi]), b = beta[gi];
+  float* S = pool + (static_cast<std::int64_t>(slots[n]) * HV + h) * K * V + j;
+  float sk_dot = 0.f;
+  for (int i = 0; i < K; ++i) sk_dot += S[static_cast<std::int64_t>(i) * V] * ks[i];
+  const float u = b * (__bfloat162float(row[2 * HK * K + h * V + j]) - decay * ik * sk_dot);
+  float acc = 0.f;
+  for (int i = 0; i < K; ++i) {
+    const float s = decay * S[static_cast<std::int64_t>(i) * V] + ks[i] * ik * u;
+    S[static_cast<std::int64_t>(i) * V] = s;
+    acc += s * qs[i];
+  }
+  o[gi * V + j] = __float2bfloat16_rn(scale * iq * acc);
+}
+
+Status from_cublas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return Status::Cuda(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+template <typename T> Status upload(const std::vector<T>& h, T** d) {
+  GDN_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(d), std::max<std::size_t>(1, h.size()) * sizeof(T)));
+  GDN_CUDA_TRY(cudaMemcpy(*d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- Workspace ----
+
+struct Workspace::Impl {
+  Config c;
+  std::int64_t max_tokens = 0;
+  int max_seqs = 0;
+  bf16 *proj = nullptr, *qkv = nullptr, *o = nullptr, *normed = nullptr;  // [T, P|CD|VD|VD]
+  float *g = nullptr, *beta = nullptr;                                     // [T, HV]
+  float* h0 = nullptr;                                                     // [max_seqs, HV, K, V]
+  int *cu = nullptr, *slots = nullptr;                                     // [max_seqs+1], [max_seqs]
+  cublasHandle_t blas = nullptr;
+  cudaEvent_t ev[7] = {};
+  ~Impl() {
+    for (void* p : {static_cast<void*>(proj), static_cast<void*>(qkv), static_cast<void*>(o),
+                    static_cast<void*>(normed), static_cast<void*>(g), static_cast<void*>(beta),
+                    static_cast<void*>(h0), static_cast<void*>(cu), static_cast<void*>(slots)})
+      if (p) cudaFree(p);
+    if (blas) cublasDestroy(blas);
+    for (auto e : ev)
+      if (e) cudaEventDestroy(e);
+  }
+};
+Workspace::Workspace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Workspace::~Workspace() = default;
+
+Status Workspace::create(const Config& c, std::int64_t max_tokens, int max_seqs,
+                         std::unique_ptr<Workspace>* out) {
+  Status st = c.validate();
+  if (!st.ok()) return st;
+  if (max_tokens < 1 || max_tokens > INT32_MAX || max_seqs < 1)
+    return Status::Invalid("layer workspace: need 1 <= max_tokens < 2^31 and max_seqs >= 1");
+  auto w = std::make_unique<Impl>();
+  w->c = c;
+  w->max_tokens = max_tokens;
+  w->max_seqs = max_seqs;
+  const std::size_t T = static_cast<std::size_t>(max_tokens);
+  GDN_CUDA_TRY(cudaMalloc(&w->proj, T * c.proj_dim() * sizeof(bf16)));
+  GDN_CUDA_TRY(cudaMalloc(&w->qkv, T * c.conv_dim() * sizeof(bf16)));
+  GDN_CUDA_TRY(cudaMalloc(&w->o, T * c.value_dim() * sizeof(bf16)));
+  GDN_CUDA_TRY(cudaMalloc(&w->normed, T * c.value_dim() * sizeof(bf16)));
+  GDN_CUDA_TRY(cudaMalloc(&w->g, T * c.HV * sizeof(float)));
+  GDN_CUDA_TRY(cudaMalloc(&w->beta, T * c.HV * sizeof(float)));
+  GDN_CUDA_TRY(cudaMalloc(&w->h0, static_cast<std::size_t>(max_seqs) * c.HV * c.K * c.V * sizeof(float)));
+  GDN_CUDA_TRY(cudaMalloc(&w->cu, (max_seqs + 1) * sizeof(int)));
+  GDN_CUDA_TRY(cudaMalloc(&w->slots, max_seqs * sizeof(int)));
+  if (!(st = from_cublas(cublasCreate(&w->blas), "cublasCreate")).ok()) return st;
+  for (auto& e : w->ev) GDN_CUDA_TRY(cudaEventCreate(&e));
+  out->reset(new Workspace(std::move(w)));
+  return Status::Ok();
+}
+
+// ---- GpuLayer ----
+
+struct GpuLayer::Impl {
+  Config c;
+  int slots = 0;
+  bf16 *w_in = nullptr, *w_out = nullptr;  // [P, H], [H, VD]
+  float *conv_w = nullptr, *A_log = nullptr, *dt_bias = nullptr, *norm_w = nullptr;
+  bf16* conv_pool = nullptr;  // [slots, KW-1, CD]
+  float* ssm_pool = nullptr;  // [slots, HV, K, V]
+  ~Impl() {
+    for (void* p : {static_cast<void*>(w_in), static_cast<void*>(w_out), static_cast<void*>(conv_w),
+                    static_cast<void*>(A_log), static_cast<void*>(dt_bias),
+                    static_cast<void*>(norm_w), static_cast<void*>(conv_pool),
+                    static_cast<void*>(ssm_pool)})
+      if (p) cudaFree(p);
+  }
+  std::size_t conv_slot() const { return static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim(); }
+  std::size_t ssm_slot() const { return static_cast<std::size_t>(c.HV) * c.K * c.V; }
+
+  // y[T, n_out] = x[T, k] W[n_out, k]^T, bf16 in/out, fp32 accumulate.
+  Status gemm(cublasHandle_t h, const bf16* x, const bf16* W, bf16* y, std::int64_t T, int n_out,
+              int k) const {
+    const float one = 1.f, zero = 0.f;
+    return from_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, static_cast<int>(T), k, &one,
+                                    W, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y, CUDA_R_16BF,
+                                    n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx");
+  }
+};
+GpuLayer::GpuLayer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuLayer::~GpuLayer() = default;
+const Config& GpuLayer::config() const { return impl_->c; }
+
+Status GpuLayer::create(const Config& c, const Weights& w, int slots, std::unique_ptr<GpuLayer>* out) {
+  Status st = c.validate();
+  if (!st.ok()) return st;
+  const std::size_t H = c.hidden;
+  auto need = [&](const char* name, std::size_t got, std::size_t want) -> Status {
+    if (got == want) return Status::Ok();
+    return Status::Invalid(std::string("layer weights: ") + name + " has " + std::to_string(got) +
+                           " elements, config needs " + std::to_string(want));
+  };
+  if (!(st = need("w_qkv", w.w_qkv.size(), c.conv_dim() * H)).ok() ||
+      !(st = need("w_z", w.w_z.size(), c.value_dim() * H)).ok() ||
+      !(st = need("w_b", w.w_b.size(), c.HV * H)).ok() ||
+      !(st = need("w_a", w.w_a.size(), c.HV * H)).ok() ||
+      !(st = need("conv_w", w.conv_w.size(), static_cast<std::size_t>(c.conv_dim()) * c.conv_kernel)).ok() ||
+      !(st = need("A_log", w.A_log.size(), c.HV)).ok() ||
+      !(st = need("dt_bias", w.dt_bias.size(), c.HV)).ok() ||
+      !(st = need("norm_w", w.norm_w.size(), c.V)).ok() ||
+      !(st = need("w_out", w.w_out.size(), H * c.value_dim())).ok())
+    return st;
+  if (slots < 1) return Status::Invalid("layer: need at least one state slot");
+  auto L = std::make_unique<Impl>();
+  L->c = c;
+  L->slots = slots;
+  std::vector<std::uint16_t> w_in;
+  w_in.reserve(static_cast<std::size_t>(c.proj_dim()) * H);
+  for (auto* m : {&w.w_qkv, &w.w_z, &w.w_b, &w.w_a}) w_in.insert(w_in.end(), m->begin(), m->end());
+  if (!(st = upload(w_in, reinterpret_cast<std::uint16_t**>(&L->w_in))).ok()) return st;
+  if (!(st = upload(w.w_out, reinterpret_cast<std::uint16_t**>(&L->w_out))).ok()) return st;
+  if (!(st = upload(w.conv_w, &L->conv_w)).ok()) return st;
+  if (!(st = upload(w.A_log, &L->A_log)).ok()) return st;
+  if (!(st = upload(w.dt_bias, &L->dt_bias)).ok()) return st;
+  if (!(st = upload(w.norm_w, &L->norm_w)).ok()) return st;
+  GDN_CUDA_TRY(cudaMalloc(&L->conv_pool, std::max<std::size_t>(1, L->conv_slot() * slots) * sizeof(bf16)));
+  GDN_CUDA_TRY(cudaMalloc(&L->ssm_pool, L->ssm_slot() * slots * sizeof(float)));
+  out->reset(new GpuLayer(std::move(L)));
+  return (*out)->zero_slots();
+}
+
+Status GpuLayer::zero_slots(void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  GDN_CUDA_TRY(cudaMemsetAsync(impl_->conv_pool, 0, impl_->conv_slot() * impl_->slots * sizeof(bf16), s));
+  GDN_CUDA_TRY(cudaMemsetAsync(impl_->ssm_pool, 0, impl_->ssm_slot() * impl_->slots * sizeof(float), s));
+  return from_cuda(cudaStreamSynchronize(s), "zero_slots");
+}
+
+Status GpuLayer::get_state(int slot, std::vector<float>* conv, std::vector<float>* ssm) const {
+  if (slot < 0 || slot >= impl_->slots) return Status::Invalid("get_state: slot out of range");
+  std::vector<std::uint16_t> c16(impl_->conv_slot());
+  GDN_CUDA_TRY(cudaDeviceSynchronize());
+  GDN_CUDA_TRY(cudaMemcpy(c16.data(), impl_->conv_pool + slot * impl_->conv_slot(),
+                          c16.size() * 2, cudaMemcpyDeviceToHost));
+  conv->resize(c16.size());
+  for (std::size_t i = 0; i < c16.size(); ++i) (*conv)[i] = bf16_to_f32(c16[i]);
+  ssm->resize(impl_->ssm_slot());
+  GDN_CUDA_TRY(cudaMemcpy(ssm->data(), impl_->ssm_pool + slot * impl_->ssm_slot(),
+                          ssm->size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return Status::Ok();
+}
+
+Status GpuLayer::set_state(int slot, const std::vector<float>& conv, const std::vector<float>& ssm) {
+  if (slot < 0 || slot >= impl_->slots) return Status::Invalid("set_state: slot out of range");
+  if (conv.size() != impl_->conv_slot() || ssm.size() != impl_->ssm_slot())
+    return Status::Invalid("set_state: wrong state sizes");
+  std::vector<std::uint16_t> c16(conv.size());
+  for (std::size_t i = 0; i < conv.size(); ++i) c16[i] = f32_to_bf16(conv[i]);
+  GDN_CUDA_TRY(cudaDeviceSynchronize());
+  GDN_CUDA_TRY(cudaMemcpy(impl_->conv_pool + slot * impl_->conv_slot(), c16.data(), c16.size() * 2,
+                          cudaMemcpyHostToDevice));
+  GDN_CUDA_TRY(cudaMemcpy(impl_->ssm_pool + slot * impl_->ssm_slot(), ssm.data(),
+                          ssm.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+namespace {
+Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std::int64_t T, int N,
+                  const std::int32_t* cu, const std::int32_t* slots) {
+  if (w.c.hidden != c.hidden || w.c.proj_dim() != c.proj_dim() || w.c.HV != c.HV ||
+      w.c.K != c.K || w.c.V != c.V)
+    return Status::Invalid("layer: workspace was made for a different layer geometry");
+  if (N < 1 || N > w.max_seqs)
+    return Status::Invalid("layer: N=" + std::to_string(N) + " sequences, workspace holds 1.." +
+                           std::to_string(w.max_seqs));
+  if (T > w.max_tokens)
+    return Status::Invalid("layer: T=" + std::to_string(T) + " tokens, workspace holds " +
+                           std::to_string(w.max_tokens));
+  if (cu) {
+    if (cu[0] != 0) return Status::Invalid("layer: cu_seqlens[0] must be 0");
+    for (int n = 0; n < N; ++n)
+      if (cu[n + 1] < cu[n]) return Status::Invalid("layer: cu_seqlens not monotone");
+  }
+  if (!slots) return Status::Invalid("layer: slots is null");
+  std::vector<char> seen(pool_slots, 0);
+  for (int n = 0; n < N; ++n) {
+    if (slots[n] < 0 || slots[n] >= pool_slots)
+      return Status::Invalid("layer: slot " + std::to_string(slots[n]) + " out of range 0.." +
+                             std::to_string(pool_slots - 1));
+    if (seen[slots[n]]++) return Status::Invalid("layer: slot " + std::to_string(slots[n]) + " repeated");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens, int N,
+                         const std::int32_t* slots, Workspace& wsp, void* stream, Arm arm,
+                         StageTimes* times, RunInfo* info) {
+  const Impl& L = *impl_;
+  const Config& c = L.c;
+  Workspace::Impl& ws = *wsp.impl();
+  if (!cu_seqlens) return Status::Invalid("layer prefill: cu_seqlens is null");
+  if (N < 1) return Status::Invalid("layer prefill: N must be >= 1");
+  const std::int64_t T = cu_seqlens[N];
+  Status st = check_call(c, ws, L.slots, T, N, cu_seqlens, slots);
+  if (!st.ok()) return st;
+  if (!x || !y) return Status::Invalid("layer prefill: null x or y");
+  auto s = static_cast<cudaStream_t>(stream);
+  const int P = c.proj_dim(), CD = c.conv_dim(), VD = c.value_dim(), KW = c.conv_kernel;
+  GDN_CUDA_TRY(cudaMemcpyAsync(ws.cu, cu_seqlens, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
+  GDN_CUDA_TRY(cudaMemcpyAsync(ws.slots, slots, N * sizeof(int), cudaMemcpyHostToDevice, s));
+  GDN_CUDA_TRY(cudaStreamSynchronize(s));  // the host arrays may be temporaries
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[0], s));
+  if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
+
+  if (T > 0) {
+    if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, T, P, c.hidden)).ok())
+      return st;
+  }
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
+  if (T > 0) {
+    dim3 grid((CD / 2 + ConvTile::kThreads - 1) / ConvTile::kThreads,
+              static_cast<unsigned>((T + ConvTile::kTokens - 1) / ConvTile::kTokens));
+    conv_silu_kernel<<<grid, ConvTile::kThreads, 0, s>>>(ws.proj, P, L.conv_pool, ws.slots, ws.cu,
+                                                         N, L.conv_w, KW, CD,
+                                                         static_cast<int>(T), ws.qkv);
+    GDN_CUDA_LAUNCH_CHECK("conv_silu_kernel");
+  }
+  if (KW > 1) {
+    dim3 grid((CD / 2 + 127) / 128, N);
+    conv_state_kernel<<<grid, 128, 0, s>>>(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD);
+    GDN_CUDA_LAUNCH_CHECK("conv_state_kernel");
+  }
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
+  if (T > 0) {
+    const std::int64_t n = T * c.HV;
+    gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+        ws.proj, P, c.b_col(), c.a_col(), L.A_log, L.dt_bias, c.HV, T, ws.g, ws.beta);
+    GDN_CUDA_LAUNCH_CHECK("gates_kernel");
+  }
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[3], s));
+
+  // Recurrence over strided views of qkv; slot states as h0/hT (gathered unless consecutive).
+  bool consecutive = true;
+  for (int n = 1; n < N; ++n) consecutive &= slots[n] == slots[0] + n;
+  const std::size_t ss = L.ssm_slot();
+  float* h = consecutive ? L.ssm_pool + slots[0] * ss : ws.h0;
+  if (!consecutive)
+    for (int n = 0; n < N; ++n)
+      GDN_CUDA_TRY(cudaMemcpyAsync(ws.h0 + n * ss, L.ssm_pool + slots[n] * ss, ss * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+  Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
+  p.qk_l2norm = true;
+  p.head_map = HeadMap::grouped;  // HF repeat_interleave
+  PrefillArgs a;
+  const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K;
+  a.q = TensorView::strided(ws.qkv, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
+  a.k = TensorView::strided(ws.qkv + HKK, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
+  a.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {T, c.HV, c.V}, {CD, c.V, 1});
+  a.g = TensorView::contiguous(ws.g, DType::f32, {T, c.HV});
+  a.beta = TensorView::contiguous(ws.beta, DType::f32, {T, c.HV});
+  a.o = TensorView::contiguous(ws.o, DType::bf16, {T, c.HV, c.V});
+  a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
+  a.hT = a.h0;
+  a.cu_seqlens = cu_seqlens;
+  a.num_seqs = N;
+  a.cu_seqlens_device = ws.cu;
+  a.on_device = true;
+  a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
+  a.stream = s;
+  if (!(st = gdn::prefill(p, a, arm, info)).ok())
+    return Status(st.code(), "layer recurrence: " + st.message());
+  if (!consecutive)
+    for (int n = 0; n < N; ++n)
+      GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[4], s));
+  if (T > 0) {
+    const std::int64_t rows = T * c.HV;
+    gated_norm_kernel<<<static_cast<unsigned>((rows + NormTile::kWarps - 1) / NormTile::kWarps),
+                        32 * NormTile::kWarps, 0, s>>>(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV,
+                                                       c.V, static_cast<float>(c.eps), rows,
+                                                       ws.normed);
+    GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
+  }
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[5], s));
+  if (T > 0) {
+    if (!(st = L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, c.hidden, VD)).ok())
+      return st;
+  }
+  if (times) {
+    GDN_CUDA_TRY(cudaEventRecord(ws.ev[6], s));
+    GDN_CUDA_TRY(cudaEventSynchronize(ws.ev[6]));
+    float ms[6];
+    for (int i = 0; i < 6; ++i) GDN_CUDA_TRY(cudaEventElapsedTime(&ms[i], ws.ev[i], ws.ev[i + 1]));
+    times->proj += ms[0], times->conv += ms[1], times->gates += ms[2], times->recur += ms[3],
+        times->norm += ms[4], times->out += ms[5];
+  }
+  return from_cuda(cudaGetLastError(), "layer prefill");
+}
+
+Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots, Workspace& wsp,
+                        void* stream) {
+  const Impl& L = *impl_;
+  const Config& c = L.c;
+  Workspace::Impl& ws = *wsp.impl();
+  Status st = check_call(c, ws, L.slots, N, N, nullptr, slots);
+  if (!st.ok()) return st;
+  if (!x || !y) return Status::Invalid("layer decode: null x or y");
+  if (c.K > 1024 || c.V > 1024) return Status::Unsupported("layer decode: head dims above 1024");
+  auto s = static_cast<cudaStream_t>(stream);
+  const int P = c.proj_dim(), CD = c.conv_dim(), KW = c.conv_kernel;
+  GDN_CUDA_TRY(cudaMemcpyAsync(ws.slots, slots, N * sizeof(int), cudaMemcpyHostToDevice, s));
+  GDN_CUDA_TRY(cudaStreamSynchronize(s));
+  if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
+  if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, N, P, c.hidden)).ok())
+    return st;
+  decode_conv_kernel<<<dim3((CD + 127) / 128, N), 128, 0, s>>>(ws.proj, P, L.conv_pool, ws.slots,
+                                                               L.conv_w, KW, CD, N, ws.qkv);
+  GDN_CUDA_LAUNCH_CHECK("decode_conv_kernel");
+  gates_kernel<<<(N * c.HV + 255) / 256, 256, 0, s>>>(ws.proj, P, c.b_col(), c.a_col(), L.A_log,
+                                                      L.dt_bias, c.HV, N, ws.g, ws.beta);
+  GDN_CUDA_LAUNCH_CHECK("gates_kernel");
+  const int threads = std::max(32, (c.V + 31) / 32 * 32);
+  decode_recur_kernel<<<dim3(N, c.HV), threads, (2 * c.K + 64) * sizeof(float), s>>>(
+      ws.qkv, CD, ws.g, ws.beta, ws.slots, L.ssm_pool, c.HK, c.HV, c.K, c.V,
+      1.f / std::sqrt(static_cast<float>(c.K)), ws.o);
+  GDN_CUDA_LAUNCH_CHECK("decode_recur_kernel");
+  const std::int64_t rows = static_cast<std::int64_t>(N) * c.HV;
+  gated_norm_kernel<<<static_cast<unsigned>((rows + NormTile::kWarps - 1) / NormTile::kWarps),
+                      32 * NormTile::kWarps, 0, s>>>(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV,
+                                                     c.V, static_cast<float>(c.eps), rows, ws.normed);
+  GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
+  if (!(st = L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), N, c.hidden, c.value_dim())).ok())
+    return st;
+  return from_cuda(cudaGetLastError(), "layer decode");
+}
+
+Status GpuLayer::gemms_only(const void* x, void* y, std::int64_t T, Workspace& wsp, void* stream) {
+  const Impl& L = *impl_;
+  Workspace::Impl& ws = *wsp.impl();
+  if (T < 1 || T > ws.max_tokens) return Status::Invalid("gemms_only: T out of workspace range");
+  auto s = static_cast<cudaStream_t>(stream);
+  Status st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream");
+  if (!st.ok()) return st;
+  if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, T, L.c.proj_dim(),
+                    L.c.hidden)).ok())
+    return st;
+  return L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, L.c.hidden, L.c.value_dim());
+}
+
+}  // namespace gdn::layer
