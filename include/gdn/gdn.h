@@ -10,7 +10,8 @@
  *   gdn_prefill_args a;  gdn_prefill_args_init(&a);
  *   a.q = gdn_tensor_contiguous(q, GDN_BF16, 3, (int64_t[]){T, 16, 128});   ... k, v, g, beta, o
  *   char msg[256];
- *   if (gdn_prefill(&p, &a, GDN_ARM_AUTO, NULL, msg, sizeof msg) != GDN_OK) fprintf(stderr, "%s\n", msg);
+ *   if (gdn_prefill(&p, &a, GDN_ARM_AUTO, NULL, msg, sizeof msg) != GDN_OK) fprintf(stderr, "%s\n",
+ * msg);
  */
 #ifndef GDN_GDN_H_
 #define GDN_GDN_H_
@@ -65,14 +66,14 @@ typedef struct gdn_tensor {
 
 /* Inputs and outputs of one prefill (gdn::PrefillArgs); T = total tokens, N = sequences. */
 typedef struct gdn_prefill_args {
-  gdn_tensor q;    /* [T, HK, K] */
-  gdn_tensor k;    /* [T, HK, K] */
-  gdn_tensor v;    /* [T, HV, V] */
-  gdn_tensor g;    /* [T, HV] f32 log-decay */
-  gdn_tensor beta; /* [T, HV] f32 or bf16 */
-  gdn_tensor o;    /* [T, HV, V] output */
-  gdn_tensor h0;   /* [N, HV, K, V] f32, optional (data = NULL) */
-  gdn_tensor hT;   /* same shape as h0, optional output */
+  gdn_tensor q;                     /* [T, HK, K] */
+  gdn_tensor k;                     /* [T, HK, K] */
+  gdn_tensor v;                     /* [T, HV, V] */
+  gdn_tensor g;                     /* [T, HV] f32 log-decay */
+  gdn_tensor beta;                  /* [T, HV] f32 or bf16 */
+  gdn_tensor o;                     /* [T, HV, V] output */
+  gdn_tensor h0;                    /* [N, HV, K, V] f32, optional (data = NULL) */
+  gdn_tensor hT;                    /* same shape as h0, optional output */
   const int32_t* cu_seqlens;        /* host [N+1]; NULL: one sequence */
   int32_t num_seqs;                 /* N, read only when cu_seqlens is set */
   const int32_t* cu_seqlens_device; /* optional device copy for the GPU arms */

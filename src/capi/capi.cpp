@@ -1,12 +1,11 @@
 // The C ABI (include/gdn/gdn.h): converts plain structs to the C++ API, validates the enum
 // values a C caller can get wrong, and never lets an exception cross the boundary.
-#include "gdn/gdn.h"
-
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 
+#include "gdn/gdn.h"
 #include "gdn/gdn.hpp"
 
 // The C enumerations are the C++ ones, value for value.
@@ -17,11 +16,13 @@ static_assert(GDN_HEAD_MAP_GROUPED == int(gdn::HeadMap::grouped) &&
 static_assert(GDN_STATE_KV == int(gdn::StateLayout::kv) &&
               GDN_STATE_VK == int(gdn::StateLayout::vk));
 static_assert(GDN_ARM_AUTO == int(gdn::Arm::automatic) && GDN_ARM_CPU == int(gdn::Arm::cpu) &&
-              GDN_ARM_SERIAL == int(gdn::Arm::serial) && GDN_ARM_WY_FP32 == int(gdn::Arm::wy_fp32) &&
-              GDN_ARM_WY_TC == int(gdn::Arm::wy_tc));
-static_assert(GDN_OK == int(gdn::Code::ok) && GDN_ERR_INVALID_ARGUMENT == int(gdn::Code::invalid_argument) &&
+              GDN_ARM_SERIAL == int(gdn::Arm::serial) &&
+              GDN_ARM_WY_FP32 == int(gdn::Arm::wy_fp32) && GDN_ARM_WY_TC == int(gdn::Arm::wy_tc));
+static_assert(GDN_OK == int(gdn::Code::ok) &&
+              GDN_ERR_INVALID_ARGUMENT == int(gdn::Code::invalid_argument) &&
               GDN_ERR_UNSUPPORTED == int(gdn::Code::unsupported) &&
-              GDN_ERR_CUDA == int(gdn::Code::cuda_error) && GDN_ERR_INTERNAL == int(gdn::Code::internal));
+              GDN_ERR_CUDA == int(gdn::Code::cuda_error) &&
+              GDN_ERR_INTERNAL == int(gdn::Code::internal));
 
 namespace {
 
@@ -74,8 +75,8 @@ gdn::Status convert(const gdn_problem* p, const gdn_prefill_args* a, gdn::Proble
   pp->qk_l2norm = p->qk_l2norm != 0;
   pp->state_layout = static_cast<gdn::StateLayout>(p->state_layout);
   const std::pair<const char*, std::pair<const gdn_tensor*, gdn::TensorView*>> views[] = {
-      {"q", {&a->q, &aa->q}},   {"k", {&a->k, &aa->k}},       {"v", {&a->v, &aa->v}},
-      {"g", {&a->g, &aa->g}},   {"beta", {&a->beta, &aa->beta}}, {"o", {&a->o, &aa->o}},
+      {"q", {&a->q, &aa->q}},    {"k", {&a->k, &aa->k}},          {"v", {&a->v, &aa->v}},
+      {"g", {&a->g, &aa->g}},    {"beta", {&a->beta, &aa->beta}}, {"o", {&a->o, &aa->o}},
       {"h0", {&a->h0, &aa->h0}}, {"hT", {&a->hT, &aa->hT}}};
   for (const auto& [name, tv] : views) {
     gdn::Status st = to_view(name, *tv.first, tv.second);

@@ -111,7 +111,9 @@ std::uint64_t mix(std::uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-double uniform01(std::uint64_t key) { return (static_cast<double>(mix(key) >> 11) + 0.5) * 0x1.0p-53; }
+double uniform01(std::uint64_t key) {
+  return (static_cast<double>(mix(key) >> 11) + 0.5) * 0x1.0p-53;
+}
 float normal(std::uint64_t key) {
   const double u1 = uniform01(2 * key), u2 = uniform01(2 * key + 1);
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
@@ -162,7 +164,10 @@ float from_f16(std::uint16_t h) {
       u = sign;
     } else {
       e = 1;
-      while (!(m & 0x400u)) { m <<= 1; --e; }
+      while (!(m & 0x400u)) {
+        m <<= 1;
+        --e;
+      }
       u = sign | (static_cast<std::uint32_t>(e - 15 + 127) << 23) | ((m & 0x3ffu) << 13);
     }
   } else {
@@ -223,8 +228,10 @@ Inputs make_inputs(const Problem& p, DType io, std::int64_t T, int N, std::uint6
                       sb = stream(5), sh = stream(6);
   auto store = [&](std::vector<std::uint16_t>& a16, std::vector<float>& a32, std::int64_t i,
                    float x) {
-    if (in.half()) a16[i] = in.encode(x);
-    else a32[i] = x;
+    if (in.half())
+      a16[i] = in.encode(x);
+    else
+      a32[i] = x;
   };
   parallel_for(T, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<float> row(std::max(p.K, p.V));
@@ -325,9 +332,9 @@ Timing run_cpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
   const Problem& p = in.prob;
   std::vector<std::uint8_t> o(in.io_bytes(in.T * p.HV * p.V));
   tm.hT.assign(in.h0.size(), 0.f);
-  PrefillArgs a = make_args(in, in.ptr(in.q16, in.q32), in.ptr(in.k16, in.k32),
-                            in.ptr(in.v16, in.v32), in.g.data(), in.beta.data(), o.data(),
-                            in.h0.data(), tm.hT.data());
+  PrefillArgs a =
+      make_args(in, in.ptr(in.q16, in.q32), in.ptr(in.k16, in.k32), in.ptr(in.v16, in.v32),
+                in.g.data(), in.beta.data(), o.data(), in.h0.data(), tm.hT.data());
   a.on_device = false;
   auto call = [&]() -> double {
     RunInfo info;
@@ -358,13 +365,13 @@ Timing run_cpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
 }
 
 #ifdef GDN_WITH_CUDA
-#define BENCH_CUDA(call)                                                             \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
+#define BENCH_CUDA(call)                                                                     \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
       tm.status = Status::Cuda(fmt::format("{} failed: {}", #call, cudaGetErrorString(e_))); \
-      return tm;                                                                     \
-    }                                                                                \
+      return tm;                                                                             \
+    }                                                                                        \
   } while (0)
 
 // Device buffer freed at scope exit.
@@ -389,8 +396,16 @@ Timing run_gpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
   // the host's launch overhead, which is measured and reported.
   const std::size_t flush_bytes = std::max<std::size_t>(4ull * l2, 256ull << 20);
   DevBuf q, k, v, g, beta, o, h0, hT, cu, flush;
-  for (auto [buf, n] : {std::pair{&q, nq}, {&k, nq}, {&v, nv}, {&g, ng}, {&beta, ng}, {&o, nv},
-                        {&h0, ns}, {&hT, ns}, {&cu, in.cu.size() * 4}, {&flush, flush_bytes}})
+  for (auto [buf, n] : {std::pair{&q, nq},
+                        {&k, nq},
+                        {&v, nv},
+                        {&g, ng},
+                        {&beta, ng},
+                        {&o, nv},
+                        {&h0, ns},
+                        {&hT, ns},
+                        {&cu, in.cu.size() * 4},
+                        {&flush, flush_bytes}})
     BENCH_CUDA(cudaMalloc(&buf->p, std::max<std::size_t>(n, 1)));
   BENCH_CUDA(cudaMemcpy(q.p, in.ptr(in.q16, in.q32), nq, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(k.p, in.ptr(in.k16, in.k32), nq, cudaMemcpyHostToDevice));
@@ -405,9 +420,9 @@ Timing run_gpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(
       stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
 
-  PrefillArgs a = make_args(in, q.p, k.p, v.p, static_cast<float*>(g.p),
-                            static_cast<float*>(beta.p), o.p, static_cast<float*>(h0.p),
-                            static_cast<float*>(hT.p));
+  PrefillArgs a =
+      make_args(in, q.p, k.p, v.p, static_cast<float*>(g.p), static_cast<float*>(beta.p), o.p,
+                static_cast<float*>(h0.p), static_cast<float*>(hT.p));
   a.on_device = true;
   a.cu_seqlens_device = static_cast<const std::int32_t*>(cu.p);
   a.stream = stream;
@@ -627,15 +642,18 @@ int run_bench(const BenchOptions& opt) {
   // The GPU runs unless the cpu arm is asked for or there is no usable device.
   std::string gpu_why;
   const bool gpu_ok = arm_available(Arm::serial, dev, nullptr);
-  if (!dev.cuda_built) gpu_why = "this build has no CUDA (nvcc was not found at configure time)";
-  else if (dev.device_count == 0) gpu_why = "no CUDA device found";
-  else if (!gpu_ok) gpu_why = fmt::format("device {} is sm_{}, the GPU arms need sm_80+", dev.name, dev.sm);
+  if (!dev.cuda_built)
+    gpu_why = "this build has no CUDA (nvcc was not found at configure time)";
+  else if (dev.device_count == 0)
+    gpu_why = "no CUDA device found";
+  else if (!gpu_ok)
+    gpu_why = fmt::format("device {} is sm_{}, the GPU arms need sm_80+", dev.name, dev.sm);
   const bool on_gpu = gpu_ok && arm != Arm::cpu;
   std::string fallback;
   if (!on_gpu && arm != Arm::cpu) {
-    fallback = fmt::format("CPU fallback: {} -> running the cpu arm{}", gpu_why,
-                           opt.tokens ? "" : fmt::format(" at the CPU default T = {}",
-                                                         kCpuDefaultTokens));
+    fallback =
+        fmt::format("CPU fallback: {} -> running the cpu arm{}", gpu_why,
+                    opt.tokens ? "" : fmt::format(" at the CPU default T = {}", kCpuDefaultTokens));
     arm = Arm::cpu;
   }
   const int seqs = opt.seqs > 0 ? opt.seqs : 1;
@@ -658,12 +676,12 @@ int run_bench(const BenchOptions& opt) {
               dev.cuda_built ? cuda.c_str() : "not built", commit.c_str(), date.c_str());
   if (!fallback.empty()) std::printf("%s\n", fallback.c_str());
   const Problem prob = preset.problem();
-  std::printf("case   %s (HK %d, HV %d, K %d, V %d)%s, %lld tokens in %d sequence%s of %lld; "
-              "%s q/k/v/o, fp32 g/beta/state, h0 in, hT out\n",
-              preset.name.c_str(), prob.HK, prob.HV, prob.K, prob.V,
-              preset.note.empty() ? "" : (" [" + preset.note + "]").c_str(),
-              static_cast<long long>(T), seqs, seqs > 1 ? "s" : "",
-              static_cast<long long>(T / seqs), to_string(io));
+  std::printf(
+      "case   %s (HK %d, HV %d, K %d, V %d)%s, %lld tokens in %d sequence%s of %lld; "
+      "%s q/k/v/o, fp32 g/beta/state, h0 in, hT out\n",
+      preset.name.c_str(), prob.HK, prob.HV, prob.K, prob.V,
+      preset.note.empty() ? "" : (" [" + preset.note + "]").c_str(), static_cast<long long>(T),
+      seqs, seqs > 1 ? "s" : "", static_cast<long long>(T / seqs), to_string(io));
   std::fflush(stdout);
 
   Progress prog;
@@ -673,8 +691,10 @@ int run_bench(const BenchOptions& opt) {
   prog.stage(on_gpu ? "running on the GPU" : "running on the CPU");
   Timing tm;
 #ifdef GDN_WITH_CUDA
-  if (on_gpu) tm = run_gpu(in, arm, warmup, opt.iters, heads, prog);
-  else tm = run_cpu(in, arm, warmup, opt.iters, heads, prog);
+  if (on_gpu)
+    tm = run_gpu(in, arm, warmup, opt.iters, heads, prog);
+  else
+    tm = run_cpu(in, arm, warmup, opt.iters, heads, prog);
 #else
   tm = run_cpu(in, arm, warmup, opt.iters, heads, prog);
 #endif
@@ -721,10 +741,10 @@ int run_bench(const BenchOptions& opt) {
     floor_ms = floor_seconds(cost, c, &bound) * 1e3;
     std::printf("  achieved   %.2f GB/s  [%.4g GB moved; no measured CPU bandwidth ceiling]\n",
                 cost.bytes() / s / 1e9, cost.bytes() / 1e9);
-    std::printf("  arithmetic %.2f GFLOP/s = %.1f%% of this machine's fp32 peak  [%.4g GFLOP, "
-                "chunked form C=64]\n",
-                cost.flops() / s / 1e9, 100 * cost.flops() / s / cpu.flops_per_s,
-                cost.flops() / 1e9);
+    std::printf(
+        "  arithmetic %.2f GFLOP/s = %.1f%% of this machine's fp32 peak  [%.4g GFLOP, "
+        "chunked form C=64]\n",
+        cost.flops() / s / 1e9, 100 * cost.flops() / s / cpu.flops_per_s, cost.flops() / 1e9);
     std::printf("  peak       %s\n", cpu.formula.c_str());
     std::printf("  floor      %.3f ms (arithmetic at peak)\n", floor_ms);
   }
@@ -736,12 +756,13 @@ int run_bench(const BenchOptions& opt) {
     err = oracle_errors(in, tm);
     std::string hs;
     for (int h : heads) hs += fmt::format("{}{}", hs.empty() ? "" : " ", h);
-    std::printf("errors vs fp64 serial oracle (value heads %s, all tokens): o %.3e, state %.3e "
-                "(relative RMS)%s\n",
-                hs.c_str(), *err.o, *err.state,
-                err.nan_o + err.nan_state
-                    ? fmt::format("; NaN: o {}, state {}", err.nan_o, err.nan_state).c_str()
-                    : "");
+    std::printf(
+        "errors vs fp64 serial oracle (value heads %s, all tokens): o %.3e, state %.3e "
+        "(relative RMS)%s\n",
+        hs.c_str(), *err.o, *err.state,
+        err.nan_o + err.nan_state
+            ? fmt::format("; NaN: o {}, state {}", err.nan_o, err.nan_state).c_str()
+            : "");
   } else {
     std::printf("errors not checked (--no-check)\n");
   }

@@ -27,8 +27,8 @@ struct Cost {
   double bytes_o = 0, bytes_h0 = 0, bytes_hT = 0;
   // FLOPs of the chunked form (1 FMA = 2 FLOPs), summed over chunks of c <= C tokens:
   //   per key head (depend only on q, k; shared by the HV/HK value heads of a group):
-  double fl_kkt = 0;   // K K^T            2 c^2 K
-  double fl_qkt = 0;   // Q K^T            2 c^2 K
+  double fl_kkt = 0;  // K K^T            2 c^2 K
+  double fl_qkt = 0;  // Q K^T            2 c^2 K
   //   per value head:
   double fl_solve = 0;  // (I + A)^-1      c^3 / 3   (unit-lower-triangular inverse)
   double fl_w = 0;      // W = Tm (e^G K)  2 c^2 K
