@@ -47,8 +47,14 @@ time_left() { echo $((DEADLINE - $(elapsed))); }
 
 # ---- environment and the commit the record will carry
 GIT=(git -c safe.directory='*' -c core.fileMode=false)
-SHA=$("${GIT[@]}" rev-parse HEAD 2>/dev/null || echo unknown)
-DIRTY=$("${GIT[@]}" status --porcelain 2>/dev/null)
+# The device tool's copy of the repo has a .git without commits: scripts/gpu_snapshot.sh exports
+# the committed HEAD into .gpu/head with its sha in COMMIT, and that file wins when present.
+if [[ -f COMMIT ]]; then
+  SHA=$(cat COMMIT); DIRTY=""
+else
+  SHA=$("${GIT[@]}" rev-parse HEAD 2>/dev/null || echo unknown)
+  DIRTY=$("${GIT[@]}" status --porcelain 2>/dev/null)
+fi
 [[ -n $DIRTY ]] && SHA="$SHA-dirty"
 export GDN_COMMIT=$SHA
 {
@@ -152,6 +158,9 @@ default_cases() {
     echo "--arm $arm --preset qwen3-next-80b --tokens 32768"
     [[ $arm != serial ]] && echo "--arm $arm --preset qwen3.5-27b --tokens 131072"
   done
+  echo "--decode --seqs 256"
+  echo "--decode --seqs 1"
+  echo "--decode --seqs 64 --verify-tokens 4"
 }
 
 stage_bench() {

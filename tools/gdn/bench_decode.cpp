@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -23,6 +24,14 @@
 #ifndef GDN_GIT_SHA
 #define GDN_GIT_SHA "unknown"
 #endif
+
+namespace {
+// The commit a record carries: GDN_COMMIT (set by scripts/gpu_run.sh) over the configure-time sha.
+const char* commit_id() {
+  if (const char* c = std::getenv("GDN_COMMIT"); c && *c) return c;
+  return GDN_GIT_SHA;
+}
+}  // namespace
 
 namespace gdn::cli {
 
@@ -140,7 +149,7 @@ int bench_decode(const DecodeBenchOptions& opt) {
   const bool is_verify = opt.verify_tokens > 0;
   const int T = is_verify ? opt.verify_tokens : 1;
   std::printf("# gdn bench --decode  device=%s  cuda=%s  commit=%s  preset=%s\n", dev.name.c_str(),
-              dev.cuda_runtime.c_str(), GDN_GIT_SHA, opt.preset.c_str());
+              dev.cuda_runtime.c_str(), commit_id(), opt.preset.c_str());
 
   decode_ref::FixtureSpec s;
   s.N = opt.seqs, s.S = opt.seqs, s.T = T, s.verify = is_verify;
@@ -218,7 +227,7 @@ int bench_decode(const DecodeBenchOptions& opt) {
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
     nlohmann::json j = {{"date", date},
-                        {"commit", GDN_GIT_SHA},
+                        {"commit", commit_id()},
                         {"device", dev.name},
                         {"cuda", dev.cuda_runtime},
                         {"impl", "gdn"},
