@@ -49,12 +49,18 @@ with_cuda = (torch.version.cuda is not None and cpp_extension.CUDA_HOME is not N
              and os.environ.get("GDN_FORCE_CPU", "0") != "1")
 
 # libgdn: the API layer, the CPU arm, the C API (if present) and, with CUDA, every .cu arm.
-lib_sources = sources("core/*.cpp") + sources("cpu/*.cpp") + sources("capi/*.cpp")
+# Same globs as CMake's GDN_CORE_SOURCES (keep in step with CMakeLists.txt).
+lib_sources = (sources("core/*.cpp") + sources("cpu/*.cpp") + sources("capi/*.cpp")
+               + sources("layer/*.cpp") + sources("cp/*.cpp"))
 binding_sources = [str(HERE / "csrc" / "binding.cpp")]
 
 cxx_flags = ["-std=c++20", "-O3", "-march=x86-64-v3", "-Wall", "-Wno-unused-parameter"]
 defines = [("GDN_VERSION_STRING", '"0.1.0"')]
 include_dirs = [str(INCLUDE), str(SRC)]
+# The layer's checkpoint loader uses nlohmann-json (Debian nlohmann-json3-dev); on a machine
+# without it, scripts/fetch_deps.sh's extracted copy in .deps is used.
+if (ROOT / ".deps/root/usr/include/nlohmann").is_dir():
+    include_dirs.append(str(ROOT / ".deps/root/usr/include"))
 
 if with_cuda:
     lib_sources += sources("cuda/**/*.cu")

@@ -77,7 +77,7 @@ void prefill_vs_oracle(gdn::Arm arm, const std::vector<int>& lens, std::uint64_t
   const gl::Weights w = gl::synthesize(c, seed);
   const int N = static_cast<int>(lens.size()), pool = N + 1;
   std::vector<std::int32_t> cu = {0}, slots;
-  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back((n * 2 + 1) % pool);
+  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back(N - n);  // distinct, shuffled (reversed)
   const std::int64_t T = cu.back();
   const std::string ctx = std::string("arm ") + gdn::to_string(arm) + " tiny T=" + std::to_string(T);
 
