@@ -1,15 +1,18 @@
 // wy-tc arm: chunked WY (DESIGN.md §2, C = 64) with tensor-core folds (mma.sync m16n8k16 bf16,
 // fp32 accumulate; runs on sm_80 and sm_90), an fp32 triangular solve and fp32 state.
 //
-// Variants in this file (v1, docs/NOTES_wy_tc.md):
-//   wy_tc_chunk_kernel<TIn, TBeta, K, V>  chunk-local, fully parallel over (chunk, value head):
-//       G = cumsum(g); A = strict_lower(diag(beta)(K K^T .* Gam)); Tm = (I + A)^-1 diag(beta)
-//       (fp32 column-parallel forward substitution); W = Tm diag(exp G) K; U = Tm V;
-//       P = scale (Q K^T .* Gam, lower incl. diag); Qs = scale diag(exp G) Q;
-//       Kd = diag(exp(G_C - G)) K; all written fp32 to the workspace.
+// Variants in this file (v2, docs/NOTES_wy_tc.md):
+//   wy_tc_chunk_kernel<TIn, TBeta, K, V, kExactQK>  chunk-local, fully parallel over (chunk,
+//       value head): G = cumsum(g) (warp scan); A = strict_lower(diag(beta)(K K^T .* Gam));
+//       Tm = (I + A)^-1 diag(beta) (fp32 forward substitution, one column per thread in
+//       registers); W = Tm diag(exp G) K; U = Tm V; P = scale (Q K^T .* Gam, lower incl. diag);
+//       Qs = scale diag(exp G) Q; Kd = diag(exp(G_C - G)) K. W, Qs, Kd^T, P are written as
+//       bf16 hi / lo planes (the split below, done once), U fp32.
 //   wy_tc_state_kernel<TOut, K, V>  sequential over the chunks of one sequence, one block per
-//       (sequence, value head, 32-column slice of V):
-//       Vn = U - W S;  O = Qs S + P Vn;  S' = exp(G_C) S + Kd^T Vn.
+//       (sequence, value head, 64 columns of V), 4 warps of 16 columns each; the transposed
+//       state S^T lives in mma accumulator registers for the whole sequence:
+//       Vn^T = U^T - S^T W^T;  O^T = S^T Qs^T + Vn^T P^T;  S^T' = exp(G_C) S^T + Vn^T Kd,
+//       tiles double-buffered in two cp.async groups (W, Qs, U | P, Kd^T).
 //
 // Fold precision (what the derived bound must use). Every operand that is not exactly a bf16
 // number is split x = hi + lo with hi = bf16(x), lo = bf16(x - hi) (16 significant bits, relative
@@ -20,19 +23,15 @@
 // f32 io (inputs carried to 16 bits), has per-product relative error <= ~2^-15 plus fp32
 // accumulation. The state never passes through a 2-byte format.
 //
-// Cost model, per (chunk of 64 tokens, value head), K = V = 128 (qwen3.5-27b: 512 chunks x 48
-// heads at T = 32768):
-//   chunk kernel: mma FLOP 2*64*64*128*(1 + 1) [KK^T, QK^T; x3 if split] + 2*64*64*(128+128)*3
-//     [W, U] = 2.1 MFLOP + solve 64*63/2*64 = 129 k FMA; bytes in: q, k (2 x 16 KiB at bf16),
-//     v 16 KiB; out fp32: W, U, Qs, Kd 4 x 32 KiB + P 16 KiB = 144 KiB.
-//   state kernel (4 slices of 32 columns): mma FLOP 3 * 2*(64*128*128 [WS] + 64*128*128 [QsS] +
-//     64*64*128 [PVn] + 128*64*128 [KdVn]) = 22 MFLOP; bytes read per slice ~ 112 KiB
-//     (W, Qs, Kd, P shared by 4 slices, mostly from L2) + 8 KiB U; o out 16 KiB (bf16).
-//   T = 32768, HV = 48: workspace 3.5 GB written + ~3.5-7 GB read => ~1.7-2.5 ms of bytes;
-//   this v1 is bound by that and by the per-chunk latency of the state kernel: per chunk one
-//   block issues 1344 mma's from scalar smem fragment loads (~15-20 k instructions per warp,
-//   ~5-8 us), x 512 chunks => ~3-4 ms at T = 32768. v1 predicted total ~3.5 ms (fla 2.78 ms);
-//   the plan to reach <= 0.55 ms is in docs/NOTES_wy_tc.md.
+// Cost model (v2), per (chunk of 64 tokens, value head), K = V = 128 (qwen3.5-27b: 512 chunks x
+// 48 heads at T = 32768):
+//   chunk kernel: ~2.1 MFLOP of mma + the 64 x 64 solve (2 k FMA per column thread); reads q, k,
+//     v (48 KiB bf16), writes W, Qs, Kd^T hi/lo (96 KiB), P hi/lo (16 KiB), U fp32 (32 KiB).
+//   state kernel: per warp and chunk 8 x 8 x 6 (S^T [W; Qs]^T) + 4 x 8 x 3 (Vn^T P^T) +
+//     4 x 16 x 3 (Vn^T Kd) = 672 mma.sync on one warp's issue slot; per block 139 KiB of tiles
+//     pulled per chunk (two blocks per head read the same tiles, the second mostly from L2).
+//   Both passes are bound by the 144 KiB per (chunk, head) of workspace (3.5 GB written and
+//   >= 3.5 GB read at T = 32768) and by the per-chunk latency of the 672 dependent-ish mma's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -53,13 +52,10 @@ using cuda::to_f32;
 struct WyTcConfig {
   static constexpr int kChunk = 64;    // C: fla convention; 4 warps x one m16 row tile each
   static constexpr int kThreads = 128; // 4 warps: the 64 chunk rows split into m16 tiles
-  static constexpr int kVSlice = 32;   // state pass columns per block: HV=48, V=128 gives 192
-                                       // blocks for one sequence (>= 132 SMs on the H200)
   static constexpr int kPad = 4;       // fp32 words of padding per smem row (fragment loads)
 };
 using Cfg = WyTcConfig;
 static_assert(Cfg::kChunk == 16 * (Cfg::kThreads / 32), "one m16 tile per warp over the chunk");
-static_assert(Cfg::kVSlice % 8 == 0, "slice is a whole number of n8 tiles");
 
 // ---- mma.sync m16n8k16 bf16 -> fp32, fragments per the PTX ISA (lane = 4 * gid + tig):
 // A (16x16, row): a0 (gid, 2tig..+1), a1 (gid+8, 2tig..), a2 (gid, 2tig+8..), a3 (gid+8, 2tig+8..)
@@ -68,7 +64,7 @@ static_assert(Cfg::kVSlice % 8 == 0, "slice is a whole number of n8 tiles");
 // The lower-indexed element of a pair sits in the low 16 bits.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4],
                                          const std::uint32_t (&b)[2]) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -131,14 +127,26 @@ __device__ __forceinline__ int acc_col(int nt, int e) {
   return nt * 8 + 2 * (threadIdx.x & 3) + (e & 1);
 }
 
-// Workspace tiles per (global chunk, value head), fp32.
+// Split x = hi + lo (bf16 each) for a pair of values; returns {hi pair, lo pair} as mma registers.
+__device__ __forceinline__ void split_pair(float a, float b, std::uint32_t& hi, std::uint32_t& lo) {
+  hi = pack_bf16(a, b);
+  lo = pack_bf16(bf16_residual(a), bf16_residual(b));
+}
+
+// Workspace tiles per (global chunk, value head). Tiles that feed mma B operands are pre-split
+// into bf16 hi / lo planes, stored so that a B fragment register is one aligned 32-bit load
+// (row = the mma's n index, contiguous pairs along its k index).
 struct Workspace {
-  float* w;   // [NC, HV, C, K]
-  float* u;   // [NC, HV, C, V]
-  float* qs;  // [NC, HV, C, K]
-  float* kd;  // [NC, HV, C, K]
-  float* p;   // [NC, HV, C, C]
-  float* gc;  // [NC, HV]  G at the chunk's end
+  std::uint32_t* wh;  // [NC, HV, C, K/2] W hi (bf16 pairs)
+  std::uint32_t* wl;  // [NC, HV, C, K/2] W lo
+  std::uint32_t* qh;  // [NC, HV, C, K/2] Qs = scale diag(exp G) Q, hi
+  std::uint32_t* ql;  // [NC, HV, C, K/2] Qs lo
+  std::uint32_t* kh;  // [NC, HV, K, C/2] Kd^T, Kd = diag(exp(G_C - G)) K, hi
+  std::uint32_t* kl;  // [NC, HV, K, C/2] Kd^T lo
+  std::uint32_t* ph;  // [NC, HV, C, C/2] P = scale (Q K^T .* Gam) lower incl. diagonal, hi
+  std::uint32_t* pl;  // [NC, HV, C, C/2] P lo
+  float* u;           // [NC, HV, C, V] U = Tm V, fp32
+  float* gc;          // [NC, HV] G at the chunk's end
 };
 
 struct ChunkParams {
@@ -159,10 +167,10 @@ struct ChunkParams {
 template <int K, int V> struct ChunkSmem {
   static constexpr int LK = K + Cfg::kPad;                  // sK row stride
   static constexpr int LQ = (K > V ? K : V) + Cfg::kPad;   // sQ row stride (q, then v)
-  static constexpr int LA = Cfg::kChunk + Cfg::kPad;        // sA / sX row stride
+  static constexpr int LA = Cfg::kChunk + Cfg::kPad;        // sA / sX row stride (float4 rows)
   // sK 64 x LK x 4 B (33.8 KiB at K=128), sQ 64 x LQ x 4 B (33.8 KiB), sA and sX 64 x 68 x 4 B
-  // (17 KiB each), sG, sE, sB 3 x 256 B: ~102 KiB, two blocks per SM on the H200.
-  static constexpr int floats = Cfg::kChunk * (LK + LQ + 2 * LA) + 3 * Cfg::kChunk;
+  // (17 KiB each), sG, sE, sB, sD 4 x 256 B: ~102 KiB, two blocks per SM on the H200.
+  static constexpr int floats = Cfg::kChunk * (LK + LQ + 2 * LA) + 4 * Cfg::kChunk;
   static constexpr std::size_t bytes = sizeof(float) * floats;
 };
 
@@ -183,6 +191,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
   float* sG = sX + C * LA;   // [C] cumulative log-decay
   float* sE = sG + C;        // [C] exp(G)
   float* sB = sE + C;        // [C] beta
+  float* sD = sB + C;        // [C] exp(G_C - G)
 
   const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
@@ -217,15 +226,24 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
       for (int c = lane; c < K; c += 32) row[c] *= inv;
     }
   }
-  if (tid == 0) {
-    float run = 0.f;
-    for (int i = 0; i < C; ++i) {
-      run += sG[i];
-      sG[i] = run;
+  if (warp == 0) {  // inclusive prefix sum of g over the 64 rows: lane owns rows 2 lane, +1
+    const float a = sG[2 * lane], b = sG[2 * lane + 1];
+    float run = a + b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float up = __shfl_up_sync(0xffffffffu, run, o);
+      if (lane >= o) run += up;
     }
+    const float before = __shfl_up_sync(0xffffffffu, run, 1);
+    const float excl = lane == 0 ? 0.f : before;
+    sG[2 * lane] = excl + a;
+    sG[2 * lane + 1] = run;
   }
   __syncthreads();
-  if (tid < C) sE[tid] = expf(sG[tid]);
+  if (tid < C) {
+    sE[tid] = expf(sG[tid]);
+    sD[tid] = expf(sG[C - 1] - sG[tid]);
+  }
 
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
   const int m0 = warp * 16;
@@ -243,42 +261,64 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
         sA[i * LA + j] = i > j ? sB[i] * acc[nt][e] * expf(sG[i] - sG[j]) : 0.f;
       }
   }
-  // scale (Q K^T .* Gam), lower incl. diagonal -> P.
+  // scale (Q K^T .* Gam), lower incl. diagonal -> P (hi / lo pairs).
   {
     float acc[C / 8][4] = {};
     warp_mma<!kExact, !kExact, C / 8, K / 16>(
         acc, [&](int r, int c) { return sQ[(m0 + r) * LQ + c]; },
         [&](int c, int n) { return sK[n * LK + c]; });
-    float* P = p.ws.p + base * C * C;
+    std::uint32_t* Ph = p.ws.ph + base * C * C / 2;
+    std::uint32_t* Pl = p.ws.pl + base * C * C / 2;
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; e += 2) {
         const int i = m0 + acc_row(e), j = acc_col(nt, e);
-        P[i * C + j] = i >= j ? p.scale * acc[nt][e] * expf(sG[i] - sG[j]) : 0.f;
+        const float x0 = i >= j ? p.scale * acc[nt][e] * expf(sG[i] - sG[j]) : 0.f;
+        const float x1 = i >= j + 1 ? p.scale * acc[nt][e + 1] * expf(sG[i] - sG[j + 1]) : 0.f;
+        split_pair(x0, x1, Ph[(i * C + j) / 2], Pl[(i * C + j) / 2]);
       }
   }
-  __syncthreads();  // sE ready; sQ reads done
+  __syncthreads();  // sE, sD ready; sQ reads done
   {
-    float* Qs = p.ws.qs + base * C * K;
-    float* Kd = p.ws.kd + base * C * K;
-    const float gC = sG[C - 1];
-    for (int i = tid; i < C * K; i += Cfg::kThreads) {
-      const int r = i / K, c = i % K;
-      Qs[i] = p.scale * sE[r] * sQ[r * LQ + c];
-      Kd[i] = expf(gC - sG[r]) * sK[r * LK + c];
+    std::uint32_t* Qh = p.ws.qh + base * C * K / 2;
+    std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
+    for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
+      const int r = (2 * i) / K, c = (2 * i) % K;
+      const float f = p.scale * sE[r];
+      split_pair(f * sQ[r * LQ + c], f * sQ[r * LQ + c + 1], Qh[i], Ql[i]);
     }
-    if (tid == 0) p.ws.gc[base] = gC;
+    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;  // Kd^T: row = key dim, pairs along tokens
+    std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
+    for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
+      const int d = (2 * i) / C, r = (2 * i) % C;
+      split_pair(sD[r] * sK[r * LK + d], sD[r + 1] * sK[(r + 1) * LK + d], Kh[i], Kl[i]);
+    }
+    if (tid == 0) p.ws.gc[base] = sG[C - 1];
   }
   __syncthreads();  // sQ free for the values
   if (tid < C) {
-    // Column c of X = (I + A)^-1 by forward substitution: X[i][c] = d_ic - sum_j<i A[i][j] X[j][c].
-    // Each thread owns its column, so no barrier inside; A[i][j] is a broadcast read.
+    // Column c of X = (I + A)^-1 by forward substitution, X[i][c] = d_ic - sum_j<i A[i][j] X[j][c],
+    // with the column in registers (fully unrolled; X[j][c] = 0 for j < c) and A rows read as
+    // float4 broadcasts; four partial sums shorten the dependency chain.
     const int c = tid;
+    float x[C];
+#pragma unroll
     for (int i = 0; i < C; ++i) {
-      float x = i == c ? 1.f : 0.f;
-      for (int j = c; j < i; ++j) x -= sA[i * LA + j] * sX[j * LA + c];
-      sX[i * LA + c] = i < c ? 0.f : x;
+      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+      for (int j = 0; j + 3 < i; j += 4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(&sA[i * LA + j]);
+        s0 += a4.x * x[j];
+        s1 += a4.y * x[j + 1];
+        s2 += a4.z * x[j + 2];
+        s3 += a4.w * x[j + 3];
+      }
+#pragma unroll
+      for (int j = i & ~3; j < i; ++j) s0 += sA[i * LA + j] * x[j];
+      const float xi = (i == c ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+      x[i] = i < c ? 0.f : xi;
+      sX[i * LA + c] = x[i];
     }
   } else {
     for (int i = tid - C; i < C * V; i += Cfg::kThreads - C) {
@@ -287,19 +327,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
     }
   }
   __syncthreads();
-  // Tm = X diag(beta). W = Tm diag(exp G) K, U = Tm V.
+  // Tm = X diag(beta). W = Tm diag(exp G) K (hi / lo pairs), U = Tm V (fp32).
   auto tm = [&](int r, int j) { return sX[(m0 + r) * LA + j] * sB[j]; };
   {
     float acc[K / 8][4] = {};
     warp_mma<true, true, K / 8, C / 16>(acc, tm,
                                         [&](int j, int n) { return sE[j] * sK[j * LK + n]; });
-    float* W = p.ws.w + base * C * K;
+    std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
+    std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; e += 2)
-        *reinterpret_cast<float2*>(&W[(m0 + acc_row(e)) * K + acc_col(nt, e)]) =
-            make_float2(acc[nt][e], acc[nt][e + 1]);
+      for (int e = 0; e < 4; e += 2) {
+        const int at = ((m0 + acc_row(e)) * K + acc_col(nt, e)) / 2;
+        split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
+      }
   }
   {
     float acc[V / 8][4] = {};
@@ -328,128 +370,218 @@ struct StateParams {
   Workspace ws;
 };
 
+struct WyTcStateConfig {
+  static constexpr int kWarps = 4;  // each warp owns 16 columns of V (one m16 tile of S^T) and
+                                    // runs its whole recurrence in registers; 4 warps share the
+                                    // chunk tiles in smem: V = 128 gives 2 blocks per head
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kVSlice = 16 * kWarps;  // columns of V per block
+  static constexpr int kPadB = 8;  // bf16 of padding per smem row: row stride = 4 words mod 32,
+                                   // so the 8 gid rows x 4 tig words of a fragment load hit 32
+                                   // distinct banks; keeps rows 16-byte aligned for cp.async
+};
+using SCfg = WyTcStateConfig;
+
 template <int K, int V> struct StateSmem {
-  static constexpr int VS = Cfg::kVSlice;
-  static constexpr int LK = K + Cfg::kPad;        // sW, sQs, sKd row stride
-  static constexpr int LP = Cfg::kChunk + Cfg::kPad;  // sP row stride
-  static constexpr int LS = VS + Cfg::kPad;       // sU, sVn, sS row stride
-  // sW, sQs, sKd 3 x 64 x 132 x 4 B (101 KiB at K=128), sP 64 x 68 x 4 B (17 KiB), sU, sVn
-  // 2 x 64 x 36 x 4 B (18 KiB), sS K x 36 x 4 B (18 KiB): ~155 KiB, fits sm_80 (163 KiB) and
-  // sm_90 (227 KiB), one block per SM.
-  static constexpr int floats = Cfg::kChunk * (3 * LK + LP + 2 * LS) + K * LS;
-  static constexpr std::size_t bytes = sizeof(float) * floats;
+  static constexpr int LKw = (K + SCfg::kPadB) / 2;  // 32-bit words per row of W, Qs tiles
+  static constexpr int LCw = (Cfg::kChunk + SCfg::kPadB) / 2;  // words per row of P, Kd^T
+  static constexpr int LU = SCfg::kVSlice + 4;  // fp32 U row: 4 mod 32 words, as above
+  // Group A (phase 1): W hi/lo, Qs hi/lo, 4 x 64 x LKw x 4 B (68 KiB at K = 128), U slice
+  // 64 x LU x 4 B (17 KiB). Group B (phase 2): P hi/lo 2 x 64 x LCw x 4 B (18 KiB), Kd^T hi/lo
+  // 2 x K x LCw x 4 B (36 KiB). Each group is refilled (cp.async) while the other one is in use:
+  // 139 KiB total (sm_80: 163 KiB).
+  static constexpr int words_a = 4 * Cfg::kChunk * LKw + Cfg::kChunk * LU;
+  static constexpr int words_b = 2 * Cfg::kChunk * LCw + 2 * K * LCw;
+  static constexpr std::size_t bytes = 4 * static_cast<std::size_t>(words_a + words_b);
 };
 
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ROWS x WORDS 32-bit words from global (row stride src_ld words) into smem rows of stride ld.
+template <int ROWS, int WORDS, typename T>
+__device__ __forceinline__ void copy_tile(T* dst, int ld, const T* src, int src_ld = WORDS) {
+  static_assert(sizeof(T) == 4 && WORDS % 4 == 0, "16-byte pieces of 32-bit words");
+  constexpr int kVec = WORDS / 4;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < ROWS * kVec; i += SCfg::kThreads) {
+    const int r = i / kVec, c = (i % kVec) * 4;
+    cp_async16(dst + r * ld + c, src + static_cast<std::int64_t>(r) * src_ld + c);
+  }
+}
+
+// B fragment (b0, b1) of an m16n8k16 mma from a tile stored [n][k] as bf16 pairs, ld words/row.
+__device__ __forceinline__ void load_b(std::uint32_t (&b)[2], const std::uint32_t* t, int ld,
+                                       int n0, int k0) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const std::uint32_t* row = t + (n0 + gid) * ld + k0 / 2 + tig;
+  b[0] = row[0];
+  b[1] = row[4];
+}
+
+// A fragments (hi, lo) of the 16 x 16 block ks of a 16-row accumulator array (C layout -> A
+// layout: tiles 2 ks and 2 ks + 1 are the two k halves).
+template <int NT>
+__device__ __forceinline__ void acc_to_a(std::uint32_t (&hi)[4], std::uint32_t (&lo)[4],
+                                         const float (&acc)[NT][4], int ks) {
+  split_pair(acc[2 * ks][0], acc[2 * ks][1], hi[0], lo[0]);
+  split_pair(acc[2 * ks][2], acc[2 * ks][3], hi[1], lo[1]);
+  split_pair(acc[2 * ks + 1][0], acc[2 * ks + 1][1], hi[2], lo[2]);
+  split_pair(acc[2 * ks + 1][2], acc[2 * ks + 1][3], hi[3], lo[3]);
+}
+
+// d += a b with a, b split hi + lo (3 mma's, the lo lo term dropped).
+__device__ __forceinline__ void mma_split(float (&d)[4], const std::uint32_t (&ah)[4],
+                                          const std::uint32_t (&al)[4],
+                                          const std::uint32_t (&bh)[2],
+                                          const std::uint32_t (&bl)[2]) {
+  mma_bf16(d, ah, bl);
+  mma_bf16(d, al, bh);
+  mma_bf16(d, ah, bh);
+}
+
+// Sequential pass, one block per (sequence, value head, kVSlice columns of V). Works on the
+// transposed state: warp w holds S^T rows v0 .. v0 + 15 (v0 = s0 + 16 w) x all K columns as mma
+// accumulators, fp32, across all chunks. Per chunk:
+//   phase 1 (tiles A):  X = S^T [W; Qs]^T              (A operand = S^T split in registers)
+//                       Vn^T = U^T - S^T W^T,  O^T = S^T Qs^T
+//   phase 2 (tiles B):  O^T += Vn^T P^T,  S^T' = exp(G_C) S^T + Vn^T Kd   (A = Vn^T in registers)
+// Warps never exchange data; barriers only guard the smem tile refills.
 template <typename TOut, int K, int V>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) wy_tc_state_kernel(StateParams p) {
-  constexpr int C = Cfg::kChunk, VS = Cfg::kVSlice, NS = V / VS;
+__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StateParams p) {
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
+  static_assert(V % VS == 0, "V is a whole number of slices");
   using Sm = StateSmem<K, V>;
-  constexpr int LK = Sm::LK, LP = Sm::LP, LS = Sm::LS;
-  constexpr int MT = K / 16 / (Cfg::kThreads / 32);  // m16 tiles of S' rows per warp
-  static_assert(MT >= 1 && K % (16 * (Cfg::kThreads / 32)) == 0, "state rows split over warps");
-  extern __shared__ float smem[];
-  float* sW = smem;           // [C][LK]
-  float* sQs = sW + C * LK;   // [C][LK]
-  float* sKd = sQs + C * LK;  // [C][LK]
-  float* sP = sKd + C * LK;   // [C][LP]
-  float* sU = sP + C * LP;    // [C][LS] U slice
-  float* sVn = sU + C * LS;   // [C][LS] Vn slice
-  float* sS = sVn + C * LS;   // [K][LS] state slice S[:, s0 : s0 + VS]
+  constexpr int LKw = Sm::LKw, LCw = Sm::LCw, LU = Sm::LU;
+  extern __shared__ std::uint32_t smem_u32[];
+  std::uint32_t* sWh = smem_u32;         // [C][LKw]
+  std::uint32_t* sWl = sWh + C * LKw;    // [C][LKw]
+  std::uint32_t* sQh = sWl + C * LKw;    // [C][LKw]
+  std::uint32_t* sQl = sQh + C * LKw;    // [C][LKw]
+  std::uint32_t* sPh = sQl + C * LKw;    // [C][LCw]
+  std::uint32_t* sPl = sPh + C * LCw;    // [C][LCw]
+  std::uint32_t* sKh = sPl + C * LCw;    // [K][LCw]
+  std::uint32_t* sKl = sKh + K * LCw;    // [K][LCw]
+  float* sU = reinterpret_cast<float*>(sKl + K * LCw);  // [C][LU] U[:, slice]
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
-  const int s0 = slice * VS, tid = threadIdx.x, warp = tid >> 5;
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
+  const int v0 = slice * VS + warp * 16;
   const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
-  for (int i = tid; i < K * VS; i += Cfg::kThreads) {
-    const int r = i / VS, c = i % VS;
-    const std::int64_t idx = p.vk ? (nh * V + s0 + c) * K + r : (nh * K + r) * V + s0 + c;
-    sS[r * LS + c] = p.h0 ? p.h0[idx] : 0.f;
+  auto sidx = [&](int e, int nt) {  // h0 / hT index of S^T accumulator element (nt, e)
+    const std::int64_t vv = v0 + gid + 8 * (e >> 1), kk = nt * 8 + 2 * tig + (e & 1);
+    return p.vk ? (nh * V + vv) * K + kk : (nh * K + kk) * V + vv;
+  };
+  float st[K / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[sidx(e, nt)] : 0.f;
+
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  auto issue_a = [&](int cg) {
+    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+    copy_tile<C, K / 2>(sWh, LKw, p.ws.wh + base * C * K / 2);
+    copy_tile<C, K / 2>(sWl, LKw, p.ws.wl + base * C * K / 2);
+    copy_tile<C, K / 2>(sQh, LKw, p.ws.qh + base * C * K / 2);
+    copy_tile<C, K / 2>(sQl, LKw, p.ws.ql + base * C * K / 2);
+    copy_tile<C, VS>(sU, LU, p.ws.u + base * C * V + slice * VS, V);
+  };
+  auto issue_b = [&](int cg) {
+    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+    copy_tile<C, C / 2>(sPh, LCw, p.ws.ph + base * C * C / 2);
+    copy_tile<C, C / 2>(sPl, LCw, p.ws.pl + base * C * C / 2);
+    copy_tile<K, C / 2>(sKh, LCw, p.ws.kh + base * K * C / 2);
+    copy_tile<K, C / 2>(sKl, LCw, p.ws.kl + base * K * C / 2);
+  };
+  if (c_begin < c_end) {
+    issue_a(c_begin);
+    cp_async_commit();
+    issue_b(c_begin);
+    cp_async_commit();
   }
   TOut* o = static_cast<TOut*>(p.o);
-  const int m0 = warp * 16;
-  for (int cg = p.seq_chunk0[n]; cg < p.seq_chunk0[n + 1]; ++cg) {
+  for (int cg = c_begin; cg < c_end; ++cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-    for (int i = tid; i < C * K / 4; i += Cfg::kThreads) {
-      const int r = (4 * i) / K, c = (4 * i) % K;
-      const float4 w = reinterpret_cast<const float4*>(p.ws.w + base * C * K)[i];
-      const float4 qs = reinterpret_cast<const float4*>(p.ws.qs + base * C * K)[i];
-      const float4 kd = reinterpret_cast<const float4*>(p.ws.kd + base * C * K)[i];
-      *reinterpret_cast<float4*>(&sW[r * LK + c]) = w;
-      *reinterpret_cast<float4*>(&sQs[r * LK + c]) = qs;
-      *reinterpret_cast<float4*>(&sKd[r * LK + c]) = kd;
-    }
-    for (int i = tid; i < C * C / 4; i += Cfg::kThreads) {
-      const int r = (4 * i) / C, c = (4 * i) % C;
-      *reinterpret_cast<float4*>(&sP[r * LP + c]) =
-          reinterpret_cast<const float4*>(p.ws.p + base * C * C)[i];
-    }
-    for (int i = tid; i < C * VS / 4; i += Cfg::kThreads) {
-      const int r = (4 * i) / VS, c = (4 * i) % VS;
-      *reinterpret_cast<float4*>(&sU[r * LS + c]) =
-          *reinterpret_cast<const float4*>(p.ws.u + (base * C + r) * V + s0 + c);
-    }
     const float decay = expf(p.ws.gc[base]);
+    cp_async_wait<1>();  // tiles A of this chunk (tiles B may still be in flight)
     __syncthreads();
-    auto s_at = [&](int r, int c) { return sS[r * LS + c]; };
-    {  // Vn = U - W S
-      float acc[VS / 8][4] = {};
-      warp_mma<true, true, VS / 8, K / 16>(
-          acc, [&](int r, int c) { return sW[(m0 + r) * LK + c]; }, s_at);
+    float ws[C / 8][4] = {}, ot[C / 8][4] = {};
 #pragma unroll
-      for (int nt = 0; nt < VS / 8; ++nt)
+    for (int ks = 0; ks < K / 16; ++ks) {
+      std::uint32_t ah[4], al[4];
+      acc_to_a(ah, al, st, ks);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = m0 + acc_row(e), j = acc_col(nt, e);
-          sVn[i * LS + j] = sU[i * LS + j] - acc[nt][e];
-        }
+      for (int nt = 0; nt < C / 8; ++nt) {
+        std::uint32_t bh[2], bl[2];
+        load_b(bh, sWh, LKw, nt * 8, ks * 16);
+        load_b(bl, sWl, LKw, nt * 8, ks * 16);
+        mma_split(ws[nt], ah, al, bh, bl);
+        load_b(bh, sQh, LKw, nt * 8, ks * 16);
+        load_b(bl, sQl, LKw, nt * 8, ks * 16);
+        mma_split(ot[nt], ah, al, bh, bl);
+      }
     }
+    float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        vn[nt][e] = sU[(nt * 8 + 2 * tig + (e & 1)) * LU + warp * 16 + gid + 8 * (e >> 1)] -
+                    ws[nt][e];
+    __syncthreads();  // every warp is done with tiles A
+    if (cg + 1 < c_end) issue_a(cg + 1);
+    cp_async_commit();
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+    cp_async_wait<1>();  // tiles B of this chunk (tiles A of the next may be in flight)
     __syncthreads();
-    {  // O = Qs S + P Vn (scale is inside Qs and P)
-      float acc[VS / 8][4] = {};
-      warp_mma<true, true, VS / 8, K / 16>(
-          acc, [&](int r, int c) { return sQs[(m0 + r) * LK + c]; }, s_at);
-      warp_mma<true, true, VS / 8, C / 16>(
-          acc, [&](int r, int c) { return sP[(m0 + r) * LP + c]; },
-          [&](int c, int nn) { return sVn[c * LS + nn]; });
 #pragma unroll
-      for (int nt = 0; nt < VS / 8; ++nt)
+    for (int kc = 0; kc < C / 16; ++kc) {
+      std::uint32_t ah[4], al[4];
+      acc_to_a(ah, al, vn, kc);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = m0 + acc_row(e), j = acc_col(nt, e);
-          if (i < len) o[(tok0 + i) * p.o_st + h * p.o_sh + s0 + j] = from_f32<TOut>(acc[nt][e]);
-        }
+      for (int nt = 0; nt < C / 8; ++nt) {
+        std::uint32_t bh[2], bl[2];
+        load_b(bh, sPh, LCw, nt * 8, kc * 16);
+        load_b(bl, sPl, LCw, nt * 8, kc * 16);
+        mma_split(ot[nt], ah, al, bh, bl);
+      }
+#pragma unroll
+      for (int nt = 0; nt < K / 8; ++nt) {
+        std::uint32_t bh[2], bl[2];
+        load_b(bh, sKh, LCw, nt * 8, kc * 16);
+        load_b(bl, sKl, LCw, nt * 8, kc * 16);
+        mma_split(st[nt], ah, al, bh, bl);
+      }
     }
-    // S' = exp(G_C) S + Kd^T Vn; warp owns state rows [warp * 16 MT, +16 MT).
-    float acc[MT][VS / 8][4];
+    __syncthreads();  // every warp is done with tiles B
+    if (cg + 1 < c_end) issue_b(cg + 1);
+    cp_async_commit();
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int r0 = (warp * MT + mt) * 16;
+    for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < VS / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc[mt][nt][e] = decay * sS[(r0 + acc_row(e)) * LS + acc_col(nt, e)];
-      warp_mma<true, true, VS / 8, C / 16>(
-          acc[mt], [&](int r, int c) { return sKd[c * LK + r0 + r]; },
-          [&](int c, int nn) { return sVn[c * LS + nn]; });
-    }
-    __syncthreads();  // every read of sS and the tiles is done
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int r0 = (warp * MT + mt) * 16;
-#pragma unroll
-      for (int nt = 0; nt < VS / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sS[(r0 + acc_row(e)) * LS + acc_col(nt, e)] = acc[mt][nt][e];
-    }
+      for (int e = 0; e < 4; ++e) {
+        const int i = nt * 8 + 2 * tig + (e & 1);
+        if (i < len)
+          o[(tok0 + i) * p.o_st + h * p.o_sh + v0 + gid + 8 * (e >> 1)] =
+              from_f32<TOut>(ot[nt][e]);
+      }
   }
-  __syncthreads();
+  cp_async_wait<0>();
   if (p.hT) {
-    for (int i = tid; i < K * VS; i += Cfg::kThreads) {
-      const int r = i / VS, c = i % VS;
-      const std::int64_t idx = p.vk ? (nh * V + s0 + c) * K + r : (nh * K + r) * V + s0 + c;
-      p.hT[idx] = sS[r * LS + c];
-    }
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p.hT[sidx(e, nt)] = st[nt][e];
   }
 }
 
@@ -477,22 +609,22 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
 
   const std::int64_t tiles = NC * pr.HV;
   const std::size_t b_tab = align_up(tab.size() * 4);
-  const std::size_t b_ck = align_up(sizeof(float) * tiles * C * K);
+  const std::size_t b_ck = align_up(2 * tiles * C * K);  // one bf16 plane of a C x K tile
+  const std::size_t b_cc = align_up(2 * tiles * C * C);  // one bf16 plane of a C x C tile
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
-  const std::size_t b_cc = align_up(sizeof(float) * tiles * C * C);
   const std::size_t b_gc = align_up(sizeof(float) * tiles);
   cuda::Scratch scratch(st);
-  Status stt = scratch.alloc(b_tab + 3 * b_ck + b_cv + b_cc + b_gc);
+  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc);
   if (!stt.ok()) return stt;
   std::int32_t* d_tab = scratch.as<std::int32_t>(0);
   GDN_CUDA_TRY(cudaMemcpyAsync(d_tab, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice, st));
   Workspace ws;
   std::size_t off = b_tab;
-  ws.w = scratch.as<float>(off), off += b_ck;
-  ws.qs = scratch.as<float>(off), off += b_ck;
-  ws.kd = scratch.as<float>(off), off += b_ck;
+  for (std::uint32_t** plane : {&ws.wh, &ws.wl, &ws.qh, &ws.ql, &ws.kh, &ws.kl})
+    *plane = scratch.as<std::uint32_t>(off), off += b_ck;
+  ws.ph = scratch.as<std::uint32_t>(off), off += b_cc;
+  ws.pl = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.u = scratch.as<float>(off), off += b_cv;
-  ws.p = scratch.as<float>(off), off += b_cc;
   ws.gc = scratch.as<float>(off);
   const std::int32_t* d_tok0 = d_tab;
   const std::int32_t* d_len = d_tab + NC;
@@ -544,7 +676,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.chunk_tok0 = d_tok0, sp.chunk_len = d_len, sp.seq_chunk0 = d_first;
   sp.HV = pr.HV;
   sp.ws = ws;
-  const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / Cfg::kVSlice);
+  const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
@@ -552,7 +684,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     constexpr std::size_t smem = StateSmem<K, V>::bytes;
     GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
-    kern<<<static_cast<unsigned>(blocks), Cfg::kThreads, smem, st>>>(sp);
+    kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
     GDN_CUDA_LAUNCH_CHECK("wy_tc_state_kernel");
     return Status::Ok();
   });
