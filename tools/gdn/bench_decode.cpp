@@ -25,14 +25,6 @@
 #define GDN_GIT_SHA "unknown"
 #endif
 
-namespace {
-// The commit a record carries: GDN_COMMIT (set by scripts/gpu_run.sh) over the configure-time sha.
-const char* commit_id() {
-  if (const char* c = std::getenv("GDN_COMMIT"); c && *c) return c;
-  return GDN_GIT_SHA;
-}
-}  // namespace
-
 namespace gdn::cli {
 
 namespace {

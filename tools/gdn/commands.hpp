@@ -9,6 +9,10 @@ namespace gdn::cli {
 // Exit status of the subcommand that ran (0 ok, non-zero failure).
 int& exit_code();
 
+// The commit a record carries: $GDN_COMMIT (set by scripts/gpu_run.sh, whose device copy has no
+// git history) over the sha baked in at configure time.
+const char* commit_id();
+
 void add_info(CLI::App& app);     // info.cpp
 void add_check(CLI::App& app);    // check.cpp
 void add_bench(CLI::App& app);    // bench.cpp

@@ -14,7 +14,7 @@ void add_info(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("info", "build, devices and the arms available here");
   sub->callback([] {
     const DeviceInfo d = device_info();
-    fmt::print("gdn {} (commit {})\n", version(), GDN_GIT_SHA[0] ? GDN_GIT_SHA : "unknown");
+    fmt::print("gdn {} (commit {})\n", version(), commit_id());
     fmt::print("build: CUDA {}{}\n", d.cuda_built ? "yes" : "no",
                d.cuda_built ? fmt::format(" (runtime {})", d.cuda_runtime) : std::string());
     if (d.device_count == 0) {

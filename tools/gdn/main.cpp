@@ -1,12 +1,22 @@
 // gdn: command-line entry point. Subcommands live one per file (commands.hpp).
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
+
 #include "gdn/commands.hpp"
+
+#ifndef GDN_GIT_SHA
+#define GDN_GIT_SHA "unknown"
+#endif
 
 namespace gdn::cli {
 int& exit_code() {
   static int code = 0;
   return code;
+}
+const char* commit_id() {
+  if (const char* c = std::getenv("GDN_COMMIT"); c && *c) return c;
+  return GDN_GIT_SHA[0] ? GDN_GIT_SHA : "unknown";
 }
 }  // namespace gdn::cli
 

@@ -83,7 +83,7 @@ int run_prefill(const PrefillOptions& opt) {
   if (NL == 0) return fail("the model has no GDN layers");
   const std::int64_t T = opt.tokens;
   std::printf("gdn prefill  %s  device %s (sm_%d)  cuda %s  commit %s\n", c.name.c_str(),
-              dev.name.c_str(), dev.sm, dev.cuda_runtime.c_str(), GDN_GIT_SHA);
+              dev.name.c_str(), dev.sm, dev.cuda_runtime.c_str(), commit_id());
   std::printf("hidden %d  HK %d  HV %d  K %d  V %d  conv %d  GDN layers %d  tokens %lld  weights %s\n",
               c.hidden, c.HK, c.HV, c.K, c.V, c.conv_kernel, NL, static_cast<long long>(T),
               ck ? opt.checkpoint.c_str() : "synthetic");
@@ -185,7 +185,7 @@ int run_prefill(const PrefillOptions& opt) {
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
     nlohmann::ordered_json j;
     j["date"] = date;
-    j["commit"] = GDN_GIT_SHA;
+    j["commit"] = commit_id();
     j["device"] = dev.name;
     j["cuda"] = dev.cuda_runtime;
     j["impl"] = "gdn";
