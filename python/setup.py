@@ -10,7 +10,8 @@
 # CUDA arms: built when torch has CUDA and nvcc is found (torch.utils.cpp_extension.CUDA_HOME),
 # with the same -gencode flags as CMake (sm_90a + sm_80); override with
 # GDN_CUDA_ARCH_FLAGS="-gencode=arch=compute_90a,code=sm_90a". GDN_FORCE_CPU=1 builds the CPU arm
-# only.
+# only. GDN_LIBGDN=/path/to/libgdn.a links a library CMake already built (same checkout, built with
+# CUDA) instead of compiling its sources a second time: only the binding is compiled then.
 import glob
 import os
 import shlex
@@ -62,8 +63,16 @@ include_dirs = [str(INCLUDE), str(SRC)]
 if (ROOT / ".deps/root/usr/include/nlohmann").is_dir():
     include_dirs.append(str(ROOT / ".deps/root/usr/include"))
 
-if with_cuda:
+prebuilt = os.environ.get("GDN_LIBGDN")
+extra_objects = []
+if prebuilt:
+    if not Path(prebuilt).is_file():
+        raise RuntimeError(f"GDN_LIBGDN={prebuilt}: no such file")
+    lib_sources, extra_objects = [], [str(Path(prebuilt).resolve())]
+
+if with_cuda and not prebuilt:
     lib_sources += sources("cuda/**/*.cu")
+if with_cuda:
     gencode = shlex.split(os.environ.get("GDN_CUDA_ARCH_FLAGS", DEFAULT_GENCODE))
     nvcc_flags = gencode + [
         "-std=c++20", "-O3", "-lineinfo", "-Xptxas=--warn-on-spills", "--expt-relaxed-constexpr",
@@ -80,6 +89,7 @@ if with_cuda:
         include_dirs=include_dirs,
         define_macros=defines,
         libraries=["cublas", "cublasLt"],
+        extra_objects=extra_objects,
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     )
 else:
