@@ -17,6 +17,7 @@
 #   GDN_BENCH_CASES      ';'-separated `gdn bench` argument lists (default: the list below)
 #   GDN_SANITIZE_FILTER  gtest filter for the sanitizers (default '*T65*:*ZeroLength*')
 #   GDN_JOBS             build jobs (16);   GDN_CTEST_JOBS  parallel GPU test processes (4)
+#   GDN_PREBUILT=1       use a carried, already built $GDN_BUILD_DIR as is (no build here)
 #   GDN_DEADLINE_S       seconds after start by which the last stage must be done (570): work that
 #                        would start later is skipped and recorded, so the summary is never lost
 #
@@ -75,6 +76,9 @@ configure() {
     -DCMAKE_PREFIX_PATH="$ROOT/.deps/root/usr" -DGDN_CUDA_GENCODE="$GENCODE" >> "$OUT/build.log" 2>&1
 }
 ensure_built() {  # configures if needed, then builds the given targets (no-op when up to date)
+  # GDN_PREBUILT=1: $BUILD was built elsewhere from the same snapshot (same absolute path) and
+  # carried without its object files; never rebuild it here.
+  [[ ${GDN_PREBUILT:-0} == 1 ]] && return 0
   [[ -f $BUILD/CMakeCache.txt ]] || configure
   cmake --build "$BUILD" -j "$JOBS" --target "$@" >> "$OUT/build.log" 2>&1
 }
