@@ -22,6 +22,12 @@ else
   log "no .whl/ carried: peers that are not installed will be recorded as not run"
 fi
 
+if [[ ${GDN_PY_PREBUILT:-0} == 1 ]]; then
+  # Built elsewhere from the same snapshot (scripts/gpu_prebuild.sh: setup.py build_ext --inplace
+  # against the same torch version); import it from the source tree.
+  export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+  log "using the prebuilt extension: $(ls python/gdn_torch/_C*.so)"
+else
 # Build in place (pip builds a local directory in place; ../src is compiled from where it is).
 log "building gdn_torch (MAX_JOBS=${MAX_JOBS:=16}, GDN_CUDA_ARCH_FLAGS=${GDN_CUDA_ARCH_FLAGS:-default sm_90a+sm_80})"
 export MAX_JOBS
@@ -33,6 +39,7 @@ if ! python3 -m pip install -v --no-build-isolation --no-deps --no-cache-dir ./p
 fi
 log "built in $(( $(date +%s) - start )) s"
 grep -E "warning|spill" "$OUT/python_build.log" | grep -v "^\s*$" | head -40 | tee -a "$OUT/python.log"
+fi
 
 log "pytest python/tests"
 ( cd python/tests && python3 -m pytest -q -rs --timeout=300 -p no:cacheprovider . ) \
