@@ -1,10 +1,12 @@
-/* Compiled as C (C99, -pedantic): proves include/gdn/gdn.h is a C header, and calls the library
- * from C: one valid call on the cpu arm and one rejected call. Exit 0 on success. */
+/* Compiled as C (C99, -pedantic): proves include/gdn/gdn.h and include/gdn/gdn_decode.h are C
+ * headers, and calls the library from C: one valid prefill on the cpu arm, one rejected prefill and
+ * one rejected decode (no tensors). Exit 0 on success. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "gdn/gdn.h"
+#include "gdn/gdn_decode.h"
 
 enum { T = 5, HK = 1, HV = 2, K = 4, V = 4 };
 
@@ -13,6 +15,7 @@ int main(void) {
   const int64_t qs[3] = {T, HK, K}, vs[3] = {T, HV, V}, gs[2] = {T, HV};
   gdn_problem p;
   gdn_prefill_args a;
+  gdn_decode_args da;
   char msg[256];
   int32_t ran = -1;
   int i, rc, bad = 0;
@@ -55,6 +58,13 @@ int main(void) {
     if (!isnan(o[i])) bad = 1;
   if (bad) {
     printf("FAIL bad call wrote the output\n");
+    return 1;
+  }
+  gdn_problem_init(&p, HK, HV, K, V);
+  gdn_decode_args_init(&da);
+  rc = gdn_decode(&p, &da, msg, sizeof msg);
+  if (rc != GDN_ERR_INVALID_ARGUMENT || strstr(msg, "q:") == NULL) {
+    printf("FAIL empty decode call: rc %d, message '%s'\n", rc, msg);
     return 1;
   }
   printf("ok: gdn %s C ABI v%d, valid call on %s, bad call rejected: %s\n", gdn_version(),

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "capi/capi_internal.hpp"
 #include "gdn/gdn.h"
 #include "gdn/gdn.hpp"
 
@@ -24,7 +25,7 @@ static_assert(GDN_OK == int(gdn::Code::ok) &&
               GDN_ERR_CUDA == int(gdn::Code::cuda_error) &&
               GDN_ERR_INTERNAL == int(gdn::Code::internal));
 
-namespace {
+namespace gdn::capi {
 
 thread_local std::string g_last_error;
 
@@ -58,10 +59,8 @@ gdn::Status to_view(const char* name, const gdn_tensor& t, gdn::TensorView* out)
   return gdn::Status::Ok();
 }
 
-gdn::Status convert(const gdn_problem* p, const gdn_prefill_args* a, gdn::Problem* pp,
-                    gdn::PrefillArgs* aa) {
+gdn::Status to_problem(const gdn_problem* p, gdn::Problem* pp) {
   if (!p) return gdn::Status::Invalid("problem is NULL");
-  if (!a) return gdn::Status::Invalid("args is NULL");
   if (p->head_map != GDN_HEAD_MAP_GROUPED && p->head_map != GDN_HEAD_MAP_TILED)
     return gdn::Status::Invalid("unknown head_map value " + std::to_string(p->head_map));
   if (p->state_layout != GDN_STATE_KV && p->state_layout != GDN_STATE_VK)
@@ -74,12 +73,27 @@ gdn::Status convert(const gdn_problem* p, const gdn_prefill_args* a, gdn::Proble
   pp->scale = p->scale;
   pp->qk_l2norm = p->qk_l2norm != 0;
   pp->state_layout = static_cast<gdn::StateLayout>(p->state_layout);
+  return gdn::Status::Ok();
+}
+
+}  // namespace gdn::capi
+
+namespace {
+
+using gdn::capi::finish;
+using gdn::capi::g_last_error;
+
+gdn::Status convert(const gdn_problem* p, const gdn_prefill_args* a, gdn::Problem* pp,
+                    gdn::PrefillArgs* aa) {
+  gdn::Status pst = gdn::capi::to_problem(p, pp);
+  if (!pst.ok()) return pst;
+  if (!a) return gdn::Status::Invalid("args is NULL");
   const std::pair<const char*, std::pair<const gdn_tensor*, gdn::TensorView*>> views[] = {
       {"q", {&a->q, &aa->q}},    {"k", {&a->k, &aa->k}},          {"v", {&a->v, &aa->v}},
       {"g", {&a->g, &aa->g}},    {"beta", {&a->beta, &aa->beta}}, {"o", {&a->o, &aa->o}},
       {"h0", {&a->h0, &aa->h0}}, {"hT", {&a->hT, &aa->hT}}};
   for (const auto& [name, tv] : views) {
-    gdn::Status st = to_view(name, *tv.first, tv.second);
+    gdn::Status st = gdn::capi::to_view(name, *tv.first, tv.second);
     if (!st.ok()) return st;
   }
   aa->cu_seqlens = a->cu_seqlens;
