@@ -29,6 +29,7 @@
 
 #include "check/check.hpp"
 #include "gdn/commands.hpp"
+#include "gdn/cp.hpp"
 #include "gdn/cost.hpp"
 #include "gdn/gdn.hpp"
 #include "gdn/presets.hpp"
@@ -57,6 +58,7 @@ struct BenchOptions {
   bool decode = false;
   int verify_tokens = 0;
   std::uint64_t seed = 1;
+  int cp = 0;  // > 0: prefill_cp with this many segments (virtual ranks on one device)
 };
 
 // Default size of the CPU fallback: finishes in well under a minute on 2 cores (docs/NOTES.md).
@@ -326,7 +328,7 @@ std::vector<double> extract_head(const Inputs& in, const void* o, int h) {
 }
 
 Timing run_cpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vector<int>& heads,
-               const Progress& prog) {
+               const Progress& prog, int cp) {
   Timing tm;
   tm.heads = heads;
   const Problem& p = in.prob;
@@ -339,7 +341,7 @@ Timing run_cpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
   auto call = [&]() -> double {
     RunInfo info;
     auto t0 = std::chrono::steady_clock::now();
-    tm.status = prefill(p, a, arm, &info);
+    tm.status = cp > 0 ? prefill_cp(p, a, cp, arm, &info) : prefill(p, a, arm, &info);
     auto t1 = std::chrono::steady_clock::now();
     tm.ran = info.ran;
     tm.note = info.note;
@@ -383,7 +385,7 @@ struct DevBuf {
 };
 
 Timing run_gpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vector<int>& heads,
-               const Progress& prog) {
+               const Progress& prog, int cp) {
   Timing tm;
   tm.heads = heads;
   const Problem& p = in.prob;
@@ -429,7 +431,7 @@ Timing run_gpu(const Inputs& in, Arm arm, int warmup, int iters, const std::vect
   auto call = [&]() -> double {
     RunInfo info;
     auto t0 = std::chrono::steady_clock::now();
-    tm.status = prefill(p, a, arm, &info);
+    tm.status = cp > 0 ? prefill_cp(p, a, cp, arm, &info) : prefill(p, a, arm, &info);
     auto t1 = std::chrono::steady_clock::now();
     tm.ran = info.ran;
     tm.note = info.note;
@@ -692,11 +694,11 @@ int run_bench(const BenchOptions& opt) {
   Timing tm;
 #ifdef GDN_WITH_CUDA
   if (on_gpu)
-    tm = run_gpu(in, arm, warmup, opt.iters, heads, prog);
+    tm = run_gpu(in, arm, warmup, opt.iters, heads, prog, opt.cp);
   else
-    tm = run_cpu(in, arm, warmup, opt.iters, heads, prog);
+    tm = run_cpu(in, arm, warmup, opt.iters, heads, prog, opt.cp);
 #else
-  tm = run_cpu(in, arm, warmup, opt.iters, heads, prog);
+  tm = run_cpu(in, arm, warmup, opt.iters, heads, prog, opt.cp);
 #endif
   if (!tm.status.ok()) {
     std::fprintf(stderr, "gdn bench: arm %s failed: %s\n", to_string(tm.ran),
@@ -705,6 +707,9 @@ int run_bench(const BenchOptions& opt) {
   }
   std::printf("arm    %s (requested %s)%s\n", to_string(tm.ran), to_string(arm),
               tm.note.empty() ? "" : (": " + tm.note).c_str());
+  if (opt.cp > 0)
+    std::printf("cp     prefill_cp, %d segments per sequence as virtual ranks in one process\n",
+                opt.cp);
 
   CostInputs ci;
   ci.HK = prob.HK, ci.HV = prob.HV, ci.K = prob.K, ci.V = prob.V;
@@ -775,7 +780,7 @@ int run_bench(const BenchOptions& opt) {
     j["cuda"] = dev.cuda_built ? nlohmann::ordered_json(cuda) : nlohmann::ordered_json(nullptr);
     j["impl"] = "gdn";
     j["arm"] = to_string(tm.ran);
-    j["op"] = "prefill";
+    j["op"] = opt.cp > 0 ? "cp" : "prefill";
     j["preset"] = preset.name;
     j["tokens"] = T;
     j["seqs"] = seqs;
@@ -791,6 +796,10 @@ int run_bench(const BenchOptions& opt) {
     j["check_values"] = false;
     j["dtype"] = to_string(io);
     j["requested_arm"] = to_string(arm);
+    if (opt.cp > 0) {  // one process, one device: no cp_efficiency (that needs P real GPUs)
+      j["ranks"] = opt.cp;
+      j["virtual_ranks"] = true;
+    }
     if (!on_gpu) j["cpu_peak_pct"] = 100 * cost.flops() / s / cpu.flops_per_s;
     std::ofstream f(opt.json, std::ios::app);
     if (!f) {
@@ -824,6 +833,10 @@ void add_bench(CLI::App& app) {
   sub->add_option("--verify-tokens", opt->verify_tokens,
                   "With --decode: speculative verify of N tokens per sequence");
   sub->add_option("--seed", opt->seed, "Input seed")->capture_default_str();
+  sub->add_option("--cp", opt->cp,
+                  "Context-parallel prefill: P segments per sequence, run as virtual ranks on one "
+                  "device (prefill_cp)")
+      ->check(CLI::Range(1, 1024));
   sub->callback([opt] { exit_code() = run_bench(*opt); });
 }
 
