@@ -89,8 +89,12 @@ inline Out run(const check::Case& c, Mode mode, int P, Arm arm, Mem& mem) {
   }
   a.on_device = mem.device();
   switch (mode) {
-    case Mode::plain: out.status = prefill(p, a, arm, &out.info); break;
-    case Mode::cp: out.status = prefill_cp(p, a, P, arm, &out.info); break;
+    case Mode::plain:
+      out.status = prefill(p, a, arm, &out.info);
+      break;
+    case Mode::cp:
+      out.status = prefill_cp(p, a, P, arm, &out.info);
+      break;
     case Mode::no_combine: {
       const std::vector<std::int32_t> b = segment_bounds(c.cu_seqlens, P);
       const int NS = N * P;
@@ -98,7 +102,8 @@ inline Out run(const check::Case& c, Mode mode, int P, Arm arm, Mem& mem) {
       std::vector<float> h0s(std::size_t(NS) * st_item, 0.f), hTs(h0s.size(), NAN);
       if (c.spec.h0)
         for (int n = 0; n < N; ++n)
-          std::copy_n(c.h0.data() + n * st_item, st_item, h0s.data() + std::size_t(n) * P * st_item);
+          std::copy_n(c.h0.data() + n * st_item, st_item,
+                      h0s.data() + std::size_t(n) * P * st_item);
       PrefillArgs s = a;
       s.cu_seqlens = b.data();
       s.num_seqs = NS;
@@ -162,10 +167,14 @@ inline Out run(const check::Case& c, Mode mode, int P, Arm arm, Mem& mem) {
 
 inline const char* mode_name(Mode m) {
   switch (m) {
-    case Mode::plain: return "prefill";
-    case Mode::cp: return "prefill_cp";
-    case Mode::no_combine: return "no-combine";
-    case Mode::ranks: return "virtual-ranks";
+    case Mode::plain:
+      return "prefill";
+    case Mode::cp:
+      return "prefill_cp";
+    case Mode::no_combine:
+      return "no-combine";
+    case Mode::ranks:
+      return "virtual-ranks";
   }
   return "?";
 }

@@ -46,8 +46,8 @@ Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int rank
 // The whole multi-GPU step over an NCCL communicator (ncclComm_t passed as void*): cp_rank_maps,
 // ncclAllGather of the maps on a.stream, cp_rank_finish. Returns Unsupported when this build has no
 // NCCL (nccl.h not found at configure time) or libnccl.so.2 cannot be loaded at run time.
-Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p,
-                       const PrefillArgs& a, Arm arm = Arm::automatic, RunInfo* info = nullptr);
+Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p, const PrefillArgs& a,
+                       Arm arm = Arm::automatic, RunInfo* info = nullptr);
 bool nccl_available(std::string* why = nullptr);
 
 }  // namespace gdn

@@ -10,6 +10,8 @@
 //   combine  S_in(s+1) = M_s S_in(s) + B_s for s = 1 .. P-2, per (n, h), fp32.
 //   phase C  one varlen call over all segments from their true initial states: o and, from the
 //            last segment of each sequence, hT.
+#include "gdn/cp.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,7 +20,6 @@
 
 #include "core/internal.hpp"
 #include "cp/cp_internal.hpp"
-#include "gdn/cp.hpp"
 #include "gdn/gdn.hpp"
 
 namespace gdn {
@@ -87,7 +88,8 @@ Status copy_states(bool on_device, void* stream, const StateCopy& c) {
       const float* src = c.src + n * c.src_item + h * KV;
       for (int d = 0; d < c.K; ++d)
         for (int col = 0; col < c.V; ++col)
-          dst[c.dst_vk ? col * c.K + d : d * c.V + col] = src[c.src_vk ? col * c.K + d : d * c.V + col];
+          dst[c.dst_vk ? col * c.K + d : d * c.V + col] =
+              src[c.src_vk ? col * c.K + d : d * c.V + col];
     }
   return Status::Ok();
 }
@@ -102,8 +104,10 @@ Status combine(bool on_device, void* stream, const Combine& c) {
   std::vector<float> X(std::size_t(K) * V), Y(X.size());
   for (int n = 0; n < c.N; ++n)
     for (int h = 0; h < c.HV; ++h) {
-      if (c.x0) std::copy_n(c.x0 + n * c.x_n + h * c.x_h, X.size(), X.begin());
-      else std::fill(X.begin(), X.end(), 0.f);
+      if (c.x0)
+        std::copy_n(c.x0 + n * c.x_n + h * c.x_h, X.size(), X.begin());
+      else
+        std::fill(X.begin(), X.end(), 0.f);
       float* out = c.out + n * c.o_n + h * c.o_h;
       std::copy(X.begin(), X.end(), out);
       for (int j = 0; j < c.steps; ++j) {
@@ -145,7 +149,8 @@ TensorView f32_state(float* p, std::int64_t n, int HV, int K, int V) {
 struct Carver {
   std::size_t used = 0;
   char* base = nullptr;
-  template <typename T> T* take(std::size_t count) {
+  template <typename T>
+  T* take(std::size_t count) {
     used = (used + 255) / 256 * 256;
     T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
     used += count * sizeof(T);
@@ -162,7 +167,8 @@ Status check_memory(const PrefillArgs& a) {
     const int kind = detail::cuda_pointer_kind(t->data);
     if (!a.on_device && kind == 1)
       return Status::Invalid("on_device=false but a tensor is in device memory");
-    if (a.on_device && kind == 0) return Status::Invalid("on_device=true but a tensor is in host memory");
+    if (a.on_device && kind == 0)
+      return Status::Invalid("on_device=true but a tensor is in host memory");
   }
 #else
   if (a.on_device) return Status::Unsupported("device tensors need a CUDA build");
@@ -266,8 +272,8 @@ Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
   const Problem pk = kv_problem(p);
   if (!(st = cp::zero(dev, a.stream, H0, std::size_t(NS) * seg_state)).ok()) return st;
   if (a.h0.defined()) {
-    cp::StateCopy c{H0, P * seg_state, false, static_cast<const float*>(a.h0.data), seg_state, vk,
-                    N, HV, K, V};
+    cp::StateCopy c{
+        H0, P * seg_state, false, static_cast<const float*>(a.h0.data), seg_state, vk, N, HV, K, V};
     if (!(st = cp::copy_states(dev, a.stream, c)).ok()) return st;
   }
 
@@ -318,8 +324,16 @@ Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
   Cx.hT = f32_state(HB, NS, HV, K, V);
   if (!(st = run(pk, Cx, ran, info)).ok()) return st;
   if (a.hT.defined()) {
-    cp::StateCopy h{static_cast<float*>(a.hT.data), seg_state, vk, HB + (P - 1) * seg_state,
-                    P * seg_state, false, N, HV, K, V};
+    cp::StateCopy h{static_cast<float*>(a.hT.data),
+                    seg_state,
+                    vk,
+                    HB + (P - 1) * seg_state,
+                    P * seg_state,
+                    false,
+                    N,
+                    HV,
+                    K,
+                    V};
     if (!(st = cp::copy_states(dev, a.stream, h)).ok()) return st;
   }
   return Status::Ok();
@@ -335,7 +349,8 @@ Status check_rank(int rank, int ranks, const void* maps) {
     return Status::Invalid("ranks must be in 1.." + std::to_string(kMaxSegments) + ", got " +
                            std::to_string(ranks));
   if (rank < 0 || rank >= ranks)
-    return Status::Invalid("rank " + std::to_string(rank) + " outside 0.." + std::to_string(ranks - 1));
+    return Status::Invalid("rank " + std::to_string(rank) + " outside 0.." +
+                           std::to_string(ranks - 1));
   if (!maps) return Status::Invalid("null map buffer");
   return Status::Ok();
 }
@@ -366,8 +381,8 @@ Status cp_rank_maps(const Problem& p, const PrefillArgs& a, int rank, int ranks,
   if (!(st = ws.alloc(cv.used)).ok()) return st;
   cv = {0, ws.data()};
   float* H0 = cv.take<float>(h0_floats);  // [N, HV, K, V] rank 0's h0 in [K, V]
-  float* zrow = cv.take<float>(K);         // [K] zeros
-  char* o_m = cv.take<char>(om_bytes);     // [T, HV, K] discarded M-pass output
+  float* zrow = cv.take<float>(K);        // [K] zeros
+  char* o_m = cv.take<char>(om_bytes);    // [T, HV, K] discarded M-pass output
 
   const Problem pk = kv_problem(p);
   PrefillArgs A = a;
@@ -375,8 +390,8 @@ Status cp_rank_maps(const Problem& p, const PrefillArgs& a, int rank, int ranks,
   A.hT = f32_state(Br, N, HV, K, V);
   if (rank == 0 && a.h0.defined()) {
     if (vk) {
-      cp::StateCopy c{H0, seg_state, false, static_cast<const float*>(a.h0.data), seg_state, true,
-                      N, HV, K, V};
+      cp::StateCopy c{
+          H0, seg_state, false, static_cast<const float*>(a.h0.data), seg_state, true, N, HV, K, V};
       if (!(st = cp::copy_states(dev, a.stream, c)).ok()) return st;
       A.h0 = f32_state(H0, N, HV, K, V);
     } else {
@@ -412,8 +427,8 @@ Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int rank
   const bool dev = a.on_device, vk = p.state_layout == StateLayout::vk;
   const bool last = rank == ranks - 1;
   auto write_hT = [&](const float* src) {
-    cp::StateCopy h{static_cast<float*>(a.hT.data), seg_state, vk, src, seg_state, false,
-                    N, HV, K, V};
+    cp::StateCopy h{
+        static_cast<float*>(a.hT.data), seg_state, vk, src, seg_state, false, N, HV, K, V};
     return cp::copy_states(dev, a.stream, h);
   };
   if (rank == 0) {  // o is final since cp_rank_maps; B_0 is the final state when alone
@@ -423,7 +438,7 @@ Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int rank
   cp::Workspace ws(dev, a.stream);
   if (!(st = ws.alloc(2 * std::size_t(N) * seg_state * sizeof(float))).ok()) return st;
   float* X = reinterpret_cast<float*>(ws.data());  // [N, HV, K, V] this rank's initial state
-  float* HT = X + std::size_t(N) * seg_state;       // [N, HV, K, V] its final state
+  float* HT = X + std::size_t(N) * seg_state;      // [N, HV, K, V] its final state
   cp::Combine c;
   c.m = gathered, c.m_step = F, c.m_n = HV * KK, c.m_h = KK;
   c.b = gathered + std::size_t(N) * HV * KK, c.b_step = F, c.b_n = seg_state, c.b_h = KV;

@@ -54,8 +54,8 @@ bool nccl_available(std::string* why) {
   return api.why.empty();
 }
 
-Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p,
-                       const PrefillArgs& a, Arm arm, RunInfo* info) {
+Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p, const PrefillArgs& a,
+                       Arm arm, RunInfo* info) {
   std::string why;
   if (!nccl_available(&why)) return Status::Unsupported("prefill_cp_nccl: " + why);
   if (!nccl_comm) return Status::Invalid("prefill_cp_nccl: null communicator");
@@ -72,9 +72,9 @@ Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p,
   float* gathered = reinterpret_cast<float*>(ws.data());  // [ranks][F] fp32 maps
   float* mine = gathered + std::size_t(rank) * F;
   if (!(st = cp_rank_maps(p, a, rank, ranks, arm, mine, info)).ok()) return st;
-  const ncclResult_t r = nccl_api().all_gather(mine, gathered, F, ncclFloat32,
-                                               static_cast<ncclComm_t>(nccl_comm),
-                                               static_cast<cudaStream_t>(a.stream));
+  const ncclResult_t r =
+      nccl_api().all_gather(mine, gathered, F, ncclFloat32, static_cast<ncclComm_t>(nccl_comm),
+                            static_cast<cudaStream_t>(a.stream));
   if (r != ncclSuccess)
     return Status::Internal(std::string("ncclAllGather: ") + nccl_api().error_string(r));
   return cp_rank_finish(p, a, rank, ranks, arm, gathered, info);
@@ -83,8 +83,7 @@ Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p,
 #else
 
 bool nccl_available(std::string* why) {
-  if (why)
-    *why = "this build has no NCCL (CUDA off or nccl.h not found when configuring gdn)";
+  if (why) *why = "this build has no NCCL (CUDA off or nccl.h not found when configuring gdn)";
   return false;
 }
 

@@ -42,25 +42,28 @@ void expect_cp(const check::CaseSpec& spec, int P, cptest::Mode mode = cptest::M
   const check::Bound b = check::derive_bound(Arm::cpu, c);
   cptest::HostMem mem;
   const cptest::Out got = cptest::run(c, mode, P, Arm::cpu, mem);
-  const std::string what = std::string(cptest::mode_name(mode)) + " P=" + std::to_string(P) +
-                           " cpu " + spec.name();
+  const std::string what =
+      std::string(cptest::mode_name(mode)) + " P=" + std::to_string(P) + " cpu " + spec.name();
   ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.message();
   EXPECT_EQ(got.info.ran, Arm::cpu) << what;
   const check::Metrics mo = check::compare(ref.o, got.o), ms = check::compare(ref.hT, got.hT);
   std::printf("%-14s P=%d %-52s o %.2e / %.2e (util %.3f)  state %.2e / %.2e (util %.3f)\n",
               cptest::mode_name(mode), P, spec.name().c_str(), mo.rel_rms, b.o, mo.rel_rms / b.o,
               ms.rel_rms, b.state, ms.rel_rms / b.state);
-  EXPECT_TRUE(check::within(mo, b.o)) << what << ": o rel_rms " << mo.rel_rms << " > bound " << b.o
-                                      << " (NaN " << mo.nan_count << ", max_abs " << mo.max_abs
-                                      << ")\n" << b.formula;
+  EXPECT_TRUE(check::within(mo, b.o))
+      << what << ": o rel_rms " << mo.rel_rms << " > bound " << b.o << " (NaN " << mo.nan_count
+      << ", max_abs " << mo.max_abs << ")\n"
+      << b.formula;
   EXPECT_TRUE(check::within(ms, b.state))
       << what << ": state rel_rms " << ms.rel_rms << " > bound " << b.state << " (NaN "
-      << ms.nan_count << ", max_abs " << ms.max_abs << ")\n" << b.formula;
+      << ms.nan_count << ", max_abs " << ms.max_abs << ")\n"
+      << b.formula;
   // Against plain prefill of the same arm: the split changes nothing beyond rounding.
   const cptest::Out plain = cptest::run(c, cptest::Mode::plain, 1, Arm::cpu, mem);
   ASSERT_TRUE(plain.status.ok()) << plain.status.message();
   EXPECT_TRUE(check::within(check::compare(plain.o, got.o), b.o)) << what << " vs prefill: o";
-  EXPECT_TRUE(check::within(check::compare(plain.hT, got.hT), b.state)) << what << " vs prefill: hT";
+  EXPECT_TRUE(check::within(check::compare(plain.hT, got.hT), b.state))
+      << what << " vs prefill: hT";
   // Negative controls: the check fails at 2.5x the bound ...
   if (!ref.o.empty())
     EXPECT_FALSE(check::within(check::compare(ref.o, check::perturb(ref.o, got.o, 2.5 * b.o)), b.o))
@@ -117,7 +120,8 @@ TEST(CpCpu, AllZeroLength_L0x0_h0_P3) { expect_cp(spec_of({0, 0}, check::Decay::
 // The multi-GPU path with P virtual ranks in one process (no NCCL: the all-gather is a shared
 // buffer), uneven token slices.
 TEST(CpCpuRanks, T1000_slow_h0_P1_P2_P3_P7) {
-  for (int P : {1, 2, 3, 7}) expect_cp(spec_of({1000}, check::Decay::slow, true), P, cptest::Mode::ranks);
+  for (int P : {1, 2, 3, 7})
+    expect_cp(spec_of({1000}, check::Decay::slow, true), P, cptest::Mode::ranks);
 }
 TEST(CpCpuRanks, T777_none_h0_vk_l2norm_tiled_P3) {
   check::CaseSpec s = spec_of({777}, check::Decay::none, true);

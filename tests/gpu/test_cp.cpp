@@ -80,10 +80,10 @@ void expect_cp(Arm arm, const check::CaseSpec& spec, int P, cptest::Mode mode = 
   const cptest::Out plain = cptest::run(c, cptest::Mode::plain, 1, arm, mem);
   ASSERT_TRUE(plain.status.ok()) << what << ": plain prefill: " << plain.status.message();
   const check::Metrics po = check::compare(plain.o, got.o), ps = check::compare(plain.hT, got.hT);
-  EXPECT_TRUE(check::within(po, b.o)) << what << " vs prefill: o rel " << po.rel_rms << " NaN "
-                                      << po.nan_count << " bound " << b.o;
-  EXPECT_TRUE(check::within(ps, b.state)) << what << " vs prefill: hT rel " << ps.rel_rms
-                                          << " NaN " << ps.nan_count << " bound " << b.state;
+  EXPECT_TRUE(check::within(po, b.o))
+      << what << " vs prefill: o rel " << po.rel_rms << " NaN " << po.nan_count << " bound " << b.o;
+  EXPECT_TRUE(check::within(ps, b.state)) << what << " vs prefill: hT rel " << ps.rel_rms << " NaN "
+                                          << ps.nan_count << " bound " << b.state;
   if (!ref.o.empty())
     EXPECT_FALSE(check::within(check::compare(ref.o, check::perturb(ref.o, got.o, 2.5 * b.o)), b.o))
         << what << ": negative control: a 2.5x-bound perturbed o passed";
