@@ -174,6 +174,31 @@ template <int K, int V> struct ChunkSmem {
   static constexpr std::size_t bytes = sizeof(float) * floats;
 };
 
+// Rows [0, C) x COLS of one head of a [T, H, COLS] tensor (src at the chunk's first token and
+// the head, st = token stride) into smem as fp32 (row stride ld), zero past len; lt / NTHR: this
+// thread among the NTHR that share the copy. Each thread issues kBatch independent loads before
+// its stores: the v1/v2 loop stored every element before loading the next, so each of its 64-128
+// loads per thread waited a full DRAM latency (~100 us per block measured).
+template <int COLS, int NTHR, typename TIn>
+__device__ __forceinline__ void load_rows(float* dst, int ld, const TIn* src, std::int64_t st,
+                                          int len, int lt) {
+  constexpr int kBatch = 16, kTotal = Cfg::kChunk * COLS;
+  static_assert(kTotal % (kBatch * NTHR) == 0, "whole batches");
+  for (int i0 = lt; i0 < kTotal; i0 += kBatch * NTHR) {
+    float x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * NTHR, r = i / COLS, c = i % COLS;
+      x[u] = r < len ? to_f32(src[r * st + c]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * NTHR;
+      dst[(i / COLS) * ld + i % COLS] = x[u];
+    }
+  }
+}
+
 // kExactQK: q and k reach the folds exactly as bf16 numbers (bf16 io without in-kernel L2 norm).
 template <typename TIn, typename TBeta, int K, int V, bool kExactQK>
 __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams p) {
@@ -203,12 +228,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
 
   // Rows past the sequence's end are zero with g = 0, beta = 0: they add nothing to W, U, P, Kd
   // and leave G at the chunk's end equal to G of its last token.
-  for (int i = tid; i < C * K; i += Cfg::kThreads) {
-    const int r = i / K, c = i % K;
-    const std::int64_t t = tok0 + r;
-    sK[r * LK + c] = r < len ? to_f32(k[t * p.k_st + kh * p.k_sh + c]) : 0.f;
-    sQ[r * LQ + c] = r < len ? to_f32(q[t * p.q_st + kh * p.q_sh + c]) : 0.f;
-  }
+  load_rows<K, Cfg::kThreads>(sK, LK, k + tok0 * p.k_st + kh * p.k_sh, p.k_st, len, tid);
+  load_rows<K, Cfg::kThreads>(sQ, LQ, q + tok0 * p.q_st + kh * p.q_sh, p.q_st, len, tid);
   if (tid < C) {
     const std::int64_t t = tok0 + tid;
     sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
@@ -321,10 +342,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
       sX[i * LA + c] = x[i];
     }
   } else {
-    for (int i = tid - C; i < C * V; i += Cfg::kThreads - C) {
-      const int r = i / V, c = i % V;
-      sQ[r * LQ + c] = r < len ? to_f32(v[(tok0 + r) * p.v_st + h * p.v_sh + c]) : 0.f;
-    }
+    load_rows<V, Cfg::kThreads - C>(sQ, LQ, v + tok0 * p.v_st + h * p.v_sh, p.v_st, len,
+                                    tid - C);
   }
   __syncthreads();
   // Tm = X diag(beta). W = Tm diag(exp G) K (hi / lo pairs), U = Tm V (fp32).
