@@ -10,9 +10,10 @@
 // (prefill_segmented<float>), checked against the serial recurrence.
 //
 // FLOPs per chunk and value head (K = V = 128, C = 64; 1 FMA = 2 FLOPs):
-//   chunk kernel: K K^T and Q K^T on the lower 4x4 tiles: 2 * 136 * 16 * 128 FMA = 0.56 MFMA;
+//   chunk kernel: K K^T and Q K^T on 2560 of the 4096 entries (per thread the 10 row/column
+//                 block pairs on or below the block diagonal): 2 * 2560 * 128 FMA = 0.66 MFMA;
 //                 forward substitution on K + V = 256 columns: 256 * 2016 = 0.52 MFMA;
-//                 total ~1.1 MFMA = 2.2 MFLOP.
+//                 total ~1.2 MFMA = 2.4 MFLOP.
 //   state kernel: W S 64*128*128 + Q S 64*128*128 + P Vn ~64*40*128 (warp-bounded triangle)
 //                 + Kd^T Vn 128*64*128 = 3.5 MFMA = 7.0 MFLOP, sequential over chunks.
 //   T = 32768, HV = 48 (qwen3.5-27b): 24576 chunk-heads x 9.2 MFLOP = 226 GFLOP of fp32 FMA;
@@ -45,6 +46,8 @@ struct ChunkCfg {
   // Row stride of the Q/K/V tiles (V reuses the Q buffer): float4 rows stay 16-B aligned.
   static constexpr int LDK = (K > V ? K : V) + 4;
   static constexpr int LDA = C + 4;  // row stride of A: float4 reads of A[i][j..j+3]
+  // Rows per warp loaded before reducing (load_rows): all 8 of a warp's rows in one round trip.
+  static constexpr int RB = C / (NT / 32);
   // smem: Ks 64 x 132 x 4 = 33,792 B; Qs (later V) 64 x 132 x 4 = 33,792 B; A 64 x 68 x 4 =
   // 17,408 B; G, beta 512 B: ~85 KiB at K = 128, two blocks per SM.
   static constexpr int smem_floats = 2 * C * LDK + C * LDA + 2 * C;
@@ -53,6 +56,7 @@ struct ChunkCfg {
   static_assert((C / 4) * (C / 4) == NT, "one 4x4 A/P tile per thread");
   static_assert(V + 4 <= LDK, "V tile reuses the Q buffer");
   static_assert(K % 32 == 0 && V % 4 == 0, "warp-row loaders and float4 columns");
+  static_assert(LDK % 32 == 4, "strided A/P rows: row stride of 33 float4 (mod 8 = 1)");
 };
 
 // Tile configuration of wy_state_kernel.
@@ -67,6 +71,9 @@ struct StateCfg {
   static constexpr int RK = K / RG;  // state rows per thread (4 or 2), contiguous
   static constexpr int LDK = K + 4;  // Op row stride: rows rg and rg + 32 fall in distinct banks
   static constexpr int LDP = C + 4;  // P row stride, float4-aligned
+  // Rows per warp loaded before reducing (load_rows): 8 rows x K/32 values in flight, two round
+  // trips for a warp's 16 rows; 16 would hold 64 more registers across the loader.
+  static constexpr int RB = 8;
   // smem: S K x 16 x 4 = 8 KiB; Op 64 x 132 x 4 = 33,792 B (W, then Q, then Kd); P 64 x 68 x 4 =
   // 17,408 B; Vn 64 x 16 x 4 = 4 KiB; G, exp(G), exp(G_C - G) 768 B: ~63 KiB at K = 128, three
   // blocks per SM.
@@ -75,6 +82,8 @@ struct StateCfg {
   static_assert(RG == 32 && C == 2 * RG, "phase a/b: rows rg and rg + 32 per thread");
   static_assert(RK == 2 || RK == 4, "phase c: float2/float4 state rows");
   static_assert(V % VS == 0, "whole slices");
+  static_assert((C * K / 4) % NT == 0 && (C * C / 4) % NT == 0, "W and P loads: whole rounds");
+  static_assert(C % (RB * (NT / 32)) == 0, "load_rows: whole batches");
 };
 
 // Chunk descriptor: first token and valid length (1..64).
@@ -83,29 +92,46 @@ struct ChunkDesc {
 };
 
 // Loads rows [0, C) of a [T, H, D] tensor (rows >= len are zero) into smem tile[C][ld] as fp32,
-// one warp per row, optionally l2-normalized. Used by both kernels on the same values, so the
-// normalization is bitwise identical in both.
-template <int D, typename E>
+// one warp per row, optionally l2-normalized, then optionally multiplied by row_scale[r] (a
+// separate fp32 multiply after the normalization, as a later pass over the tile would do). Used
+// by both kernels on the same values, so the normalization is bitwise identical in both.
+// NB rows per warp are loaded before any is reduced: one global round trip per NB rows instead
+// of one per row (the per-row arithmetic and its order are unchanged).
+template <int D, int NB, typename E>
 __device__ __forceinline__ void load_rows(float* tile, int ld, const E* x, std::int64_t s0,
-                                          std::int64_t t0, int len, bool l2norm, int nwarps) {
+                                          std::int64_t t0, int len, bool l2norm, int nwarps,
+                                          const float* row_scale = nullptr) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int r = warp; r < kC; r += nwarps) {
-    float e[D / 32];
-    float ss = 0.f;
+  for (int r0 = warp; r0 < kC; r0 += NB * nwarps) {
+    float e[NB][D / 32];
 #pragma unroll
-    for (int m = 0; m < D / 32; ++m) {
-      e[m] = r < len ? to_f32(x[(t0 + r) * s0 + lane + 32 * m]) : 0.f;
-      ss = fmaf(e[m], e[m], ss);
-    }
-    if (l2norm) {
+    for (int b = 0; b < NB; ++b) {
+      const int r = r0 + b * nwarps;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-      const float rn = rsqrtf(ss + 1e-6f);
-#pragma unroll
-      for (int m = 0; m < D / 32; ++m) e[m] *= rn;
+      for (int m = 0; m < D / 32; ++m)
+        e[b][m] = r < len ? to_f32(x[(t0 + r) * s0 + lane + 32 * m]) : 0.f;
     }
 #pragma unroll
-    for (int m = 0; m < D / 32; ++m) tile[r * ld + lane + 32 * m] = e[m];
+    for (int b = 0; b < NB; ++b) {
+      const int r = r0 + b * nwarps;
+      if (l2norm) {
+        float ss = 0.f;
+#pragma unroll
+        for (int m = 0; m < D / 32; ++m) ss = fmaf(e[b][m], e[b][m], ss);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        const float rn = rsqrtf(ss + 1e-6f);
+#pragma unroll
+        for (int m = 0; m < D / 32; ++m) e[b][m] *= rn;
+      }
+      if (row_scale) {
+        const float f = row_scale[r];
+#pragma unroll
+        for (int m = 0; m < D / 32; ++m) e[b][m] *= f;
+      }
+#pragma unroll
+      for (int m = 0; m < D / 32; ++m) tile[r * ld + lane + 32 * m] = e[b][m];
+    }
   }
 }
 
@@ -144,8 +170,8 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
     Gs[tid] = tid < cd.len ? g[(cd.t0 + tid) * gs0 + h] : 0.f;
     Bs[tid] = tid < cd.len ? to_f32(beta[(cd.t0 + tid) * bs0 + h]) : 0.f;
   }
-  load_rows<K>(Ks, LDK, k + kh * ks1, ks0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
-  load_rows<K>(Qs, LDK, q + kh * qs1, qs0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
+  load_rows<K, Cfg::RB>(Ks, LDK, k + kh * ks1, ks0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
+  load_rows<K, Cfg::RB>(Qs, LDK, q + kh * qs1, qs0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
   __syncthreads();
   if (tid == 0) {  // in-chunk cumulative log-decay, fixed order; padded rows add g = 0
     float acc = 0.f;
@@ -153,39 +179,41 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
   }
   __syncthreads();
 
-  // A and P on 4x4 tiles; tiles strictly above the diagonal are zero.
+  // A and P: thread (ti, tj) owns rows ti + 16a and columns tj + 16b (a, b in 0..3). Strided
+  // rows put the 16 tj of a warp in 16 distinct float4 bank groups (row stride LDK = 33 float4),
+  // where contiguous 4x4 tiles put them in 2 (an 8-way conflict); and the pairs a < b, which lie
+  // wholly above the diagonal, are skipped (10 of 16 computed). Each dot product keeps its
+  // sequential order over d, so A and P are bitwise those of the contiguous-tile version.
   {
     const int ti = tid / 16, tj = tid % 16;
     float kk[4][4] = {}, qk[4][4] = {};
-    if (tj <= ti) {
-      for (int d = 0; d < K; d += 4) {
-        float4 ki[4], qi[4], kj[4];
+    for (int d = 0; d < K; d += 4) {
+      float4 ki[4], qi[4], kj[4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          ki[r] = *reinterpret_cast<const float4*>(&Ks[(4 * ti + r) * LDK + d]);
-          qi[r] = *reinterpret_cast<const float4*>(&Qs[(4 * ti + r) * LDK + d]);
-          kj[r] = *reinterpret_cast<const float4*>(&Ks[(4 * tj + r) * LDK + d]);
-        }
-#pragma unroll
-        for (int a = 0; a < 4; ++a)
-#pragma unroll
-          for (int b = 0; b < 4; ++b) {
-            kk[a][b] = fmaf(ki[a].x, kj[b].x, kk[a][b]);
-            kk[a][b] = fmaf(ki[a].y, kj[b].y, kk[a][b]);
-            kk[a][b] = fmaf(ki[a].z, kj[b].z, kk[a][b]);
-            kk[a][b] = fmaf(ki[a].w, kj[b].w, kk[a][b]);
-            qk[a][b] = fmaf(qi[a].x, kj[b].x, qk[a][b]);
-            qk[a][b] = fmaf(qi[a].y, kj[b].y, qk[a][b]);
-            qk[a][b] = fmaf(qi[a].z, kj[b].z, qk[a][b]);
-            qk[a][b] = fmaf(qi[a].w, kj[b].w, qk[a][b]);
-          }
+      for (int r = 0; r < 4; ++r) {
+        ki[r] = *reinterpret_cast<const float4*>(&Ks[(ti + 16 * r) * LDK + d]);
+        qi[r] = *reinterpret_cast<const float4*>(&Qs[(ti + 16 * r) * LDK + d]);
+        kj[r] = *reinterpret_cast<const float4*>(&Ks[(tj + 16 * r) * LDK + d]);
       }
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b <= a; ++b) {
+          kk[a][b] = fmaf(ki[a].x, kj[b].x, kk[a][b]);
+          kk[a][b] = fmaf(ki[a].y, kj[b].y, kk[a][b]);
+          kk[a][b] = fmaf(ki[a].z, kj[b].z, kk[a][b]);
+          kk[a][b] = fmaf(ki[a].w, kj[b].w, kk[a][b]);
+          qk[a][b] = fmaf(qi[a].x, kj[b].x, qk[a][b]);
+          qk[a][b] = fmaf(qi[a].y, kj[b].y, qk[a][b]);
+          qk[a][b] = fmaf(qi[a].z, kj[b].z, qk[a][b]);
+          qk[a][b] = fmaf(qi[a].w, kj[b].w, qk[a][b]);
+        }
     }
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        const int i = 4 * ti + a, j = 4 * tj + b;
+        const int i = ti + 16 * a, j = tj + 16 * b;
         // Gam is formed only for i >= j, where the exponent is <= 0 (mask before the exp).
         const float gam = i >= j ? expf(Gs[i] - Gs[j]) : 0.f;
         As[i * LDA + j] = i > j ? Bs[i] * gam * kk[a][b] : 0.f;
@@ -282,13 +310,17 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       Eg[tid] = expf(gi);
       Ed[tid] = expf(w[Ws<K, V>::G + C - 1] - gi);
     }
-    for (int e = tid; e < C * K / 4; e += Cfg::NT) {
-      const int i = e / (K / 4), d = 4 * (e % (K / 4));
+    // Fixed trip counts, unrolled by 8: eight float4 loads in flight per thread (32 registers;
+    // full unrolling of the 16 W loads spilled at the 168-register cap of 3 blocks per SM).
+#pragma unroll 8
+    for (int it = 0; it < C * K / 4 / Cfg::NT; ++it) {
+      const int e = tid + it * Cfg::NT, i = e / (K / 4), d = 4 * (e % (K / 4));
       *reinterpret_cast<float4*>(&Op[i * LDK + d]) =
           *reinterpret_cast<const float4*>(&w[Ws<K, V>::W + i * K + d]);
     }
-    for (int e = tid; e < C * C / 4; e += Cfg::NT) {
-      const int i = e / (C / 4), j = 4 * (e % (C / 4));
+#pragma unroll 8
+    for (int it = 0; it < C * C / 4 / Cfg::NT; ++it) {
+      const int e = tid + it * Cfg::NT, i = e / (C / 4), j = 4 * (e % (C / 4));
       *reinterpret_cast<float4*>(&Pm[i * LDP + j]) =
           *reinterpret_cast<const float4*>(&w[Ws<K, V>::P + i * C + j]);
     }
@@ -322,7 +354,7 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       }
     }
     __syncthreads();
-    load_rows<K>(Op, LDK, q + kh * qs1, qs0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
+    load_rows<K, Cfg::RB>(Op, LDK, q + kh * qs1, qs0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
     __syncthreads();
 
     // Phase b: o = scale (exp(G_i) q_i S + sum_{j <= i} P_ij Vn_j).
@@ -374,15 +406,12 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       }
     }
     __syncthreads();
-    // Kd = diag(exp(G_C - G)) K, with K normalized exactly as in the chunk kernel.
-    load_rows<K>(Op, LDK, k + kh * ks1, ks0, cd.t0, cd.len, l2norm, Cfg::NT / 32);
+    // Kd = diag(exp(G_C - G)) K, with K normalized exactly as in the chunk kernel; the row
+    // factor is applied in the loader (same two fp32 multiplies as a separate pass, no extra
+    // smem pass or barrier).
+    load_rows<K, Cfg::RB>(Op, LDK, k + kh * ks1, ks0, cd.t0, cd.len, l2norm, Cfg::NT / 32, Ed);
     __syncthreads();
     const float GC = Gs[C - 1];
-    for (int e = tid; e < C * K; e += Cfg::NT) {
-      const int i = e / K, d = e % K;
-      Op[i * LDK + d] *= Ed[i];
-    }
-    __syncthreads();
 
     // Phase c: S' = exp(G_C) S + Kd^T Vn on this thread's RK x 4 block.
     {
