@@ -194,7 +194,8 @@ bool overlaps(const TensorView& a, const TensorView& b) {
 
 }  // namespace
 
-Status validate(const Problem& p, const PrefillArgs& a) {
+namespace detail {
+Status validate_problem(const Problem& p) {
   if (p.HK <= 0 || p.HV <= 0)
     return Status::Invalid("head counts must be positive (HK=" + std::to_string(p.HK) +
                            ", HV=" + std::to_string(p.HV) + ")");
@@ -210,7 +211,12 @@ Status validate(const Problem& p, const PrefillArgs& a) {
     return Status::Invalid("unknown head map");
   if (p.state_layout != StateLayout::kv && p.state_layout != StateLayout::vk)
     return Status::Invalid("unknown state layout");
+  return Status::Ok();
+}
+}  // namespace detail
 
+Status validate(const Problem& p, const PrefillArgs& a) {
+  if (Status st = detail::validate_problem(p); !st.ok()) return st;
   if (a.q.rank != 3) return Status::Invalid("q: expected rank 3 [T, HK, K], got rank " +
                                             std::to_string(a.q.rank));
   const std::int64_t T = a.q.shape[0];

@@ -78,18 +78,7 @@ Status check_indices(const std::int32_t* idx, const std::int32_t* acc, int N, st
 }
 
 Status validate_impl(const Problem& p, const DecodeArgs& a, bool verify, detail::DecodeLaunch* L) {
-  if (p.HK <= 0 || p.HV <= 0 || p.HV % p.HK != 0)
-    return Status::Invalid("head counts: need HK > 0 and HV a positive multiple of HK (HK=" +
-                           std::to_string(p.HK) + ", HV=" + std::to_string(p.HV) + ")");
-  if (p.K <= 0 || p.K > 256 || p.V <= 0 || p.V > 256)
-    return Status::Invalid("unsupported head size K=" + std::to_string(p.K) +
-                           ", V=" + std::to_string(p.V) + " (1..256)");
-  if (!std::isfinite(p.scale) || !(p.scale > 0.f))
-    return Status::Invalid("scale must be finite and > 0, got " + std::to_string(p.scale));
-  if (p.head_map != HeadMap::grouped && p.head_map != HeadMap::tiled)
-    return Status::Invalid("unknown head map");
-  if (p.state_layout != StateLayout::kv && p.state_layout != StateLayout::vk)
-    return Status::Invalid("unknown state layout");
+  if (Status st = detail::validate_problem(p); !st.ok()) return st;
 
   const int rq = verify ? 4 : 3;  // rank of q/k/v/o
   if (a.q.rank != rq)

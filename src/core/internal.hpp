@@ -21,6 +21,9 @@ struct Seqs {
 };
 Seqs make_seqs(const PrefillArgs& a);
 
+// Checks the head geometry and options every entry point shares (prefill, decode, verify).
+Status validate_problem(const Problem& p);
+
 // Element address helpers for views (strides in elements).
 inline std::int64_t offset3(const TensorView& t, std::int64_t i, std::int64_t j, std::int64_t l) {
   return i * t.stride[0] + j * t.stride[1] + l * t.stride[2];

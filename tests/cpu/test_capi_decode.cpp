@@ -130,7 +130,7 @@ TEST(CapiDecode, BadInputsRejectedBuffersUntouched) {
        [](gdn_problem*, gdn_decode_args* a, FixtureSpec*) { a->v.dtype = 9; }},
       {"unknown head_map", GDN_ERR_INVALID_ARGUMENT, "unknown head_map value 5",
        [](gdn_problem* p, gdn_decode_args*, FixtureSpec*) { p->head_map = 5; }},
-      {"HV not a multiple of HK", GDN_ERR_INVALID_ARGUMENT, "head counts",
+      {"HV not a multiple of HK", GDN_ERR_INVALID_ARGUMENT, "not a multiple of HK",
        [](gdn_problem* p, gdn_decode_args*, FixtureSpec*) { p->HV = 5; }},
       {"g and fused gate", GDN_ERR_INVALID_ARGUMENT, "not both",
        [](gdn_problem*, gdn_decode_args* a, FixtureSpec*) { a->A_log = a->g; }},
