@@ -14,7 +14,7 @@
 //                 block pairs on or below the block diagonal): 2 * 2560 * 128 FMA = 0.66 MFMA;
 //                 forward substitution on K + V = 256 columns: 256 * 2016 = 0.52 MFMA;
 //                 total ~1.2 MFMA = 2.4 MFLOP.
-//   state kernel: W S 64*128*128 + Q S 64*128*128 + P Vn ~64*40*128 (warp-bounded triangle)
+//   state kernel: W S 64*128*128 + Q S 64*128*128 + P Vn 64*48*128 (rows < 32 to j = 32)
 //                 + Kd^T Vn 128*64*128 = 3.5 MFMA = 7.0 MFLOP, sequential over chunks.
 //   T = 32768, HV = 48 (qwen3.5-27b): 24576 chunk-heads x 9.2 MFLOP = 226 GFLOP of fp32 FMA;
 //   at ~50 TFLOP/s of sustained fp32 FMA on an H200 that is ~4.5 ms (estimate, not measured),
@@ -60,27 +60,32 @@ struct ChunkCfg {
 };
 
 // Tile configuration of wy_state_kernel.
+// Thread mapping (v3): warp = column group, lane = row group. Every shared-memory read of S and
+// Vn is then warp-uniform (one wavefront for an LDS.128, against four for a warp reading 4 or 8
+// distinct float4), and every read of W/Q/P/Kd covers 32 distinct conflict-free rows.
 template <int K_, int V_>
 struct StateCfg {
   static constexpr int K = K_, V = V_;
   static constexpr int C = kC;
   static constexpr int VS = 16;      // V columns per block: 48 heads x 8 slices = 384 blocks, ~3/SM
-  static constexpr int CG = VS / 4;  // float4 column groups per row
-  static constexpr int NT = 128;     // 32 row groups x 4 column groups
-  static constexpr int RG = NT / CG; // 32 row groups
-  static constexpr int RK = K / RG;  // state rows per thread (4 or 2), contiguous
-  static constexpr int LDK = K + 4;  // Op row stride: rows rg and rg + 32 fall in distinct banks
-  static constexpr int LDP = C + 4;  // P row stride, float4-aligned
+  static constexpr int CG = VS / 4;  // float4 column groups per row: one per warp
+  static constexpr int NT = 128;     // CG warps of 32 lanes
+  static constexpr int RK = K / 32;  // state rows per thread: lane + 32 r, r < RK
+  static constexpr int LDK = K + 4;  // Op row stride (33 float4): 8 consecutive rows, 8 bank groups
+  static constexpr int LDP = C + 4;  // P row stride (17 float4): same property
+  static constexpr int LDS = VS + 4; // S and Vn row stride (5 float4): rows r..r+7 of a
+                                     // quarter-warp fall in 8 distinct 16-B bank groups
   // Rows per warp loaded before reducing (load_rows): 8 rows x K/32 values in flight, two round
   // trips for a warp's 16 rows; 16 would hold 64 more registers across the loader.
   static constexpr int RB = 8;
-  // smem: S K x 16 x 4 = 8 KiB; Op 64 x 132 x 4 = 33,792 B (W, then Q, then Kd); P 64 x 68 x 4 =
-  // 17,408 B; Vn 64 x 16 x 4 = 4 KiB; G, exp(G), exp(G_C - G) 768 B: ~63 KiB at K = 128, three
-  // blocks per SM.
-  static constexpr int smem_floats = K * VS + C * LDK + C * LDP + C * VS + 3 * C;
+  // smem: S K x 20 x 4 = 10,240 B; Op 64 x 132 x 4 = 33,792 B (W, then Q, then Kd); P 64 x 68 x
+  // 4 = 17,408 B; Vn 64 x 20 x 4 = 5,120 B; G, exp(G), exp(G_C - G) 768 B: ~66 KiB at K = 128,
+  // three blocks per SM.
+  static constexpr int smem_floats = K * LDS + C * LDK + C * LDP + C * LDS + 3 * C;
   static constexpr std::size_t smem_bytes = sizeof(float) * smem_floats;
-  static_assert(RG == 32 && C == 2 * RG, "phase a/b: rows rg and rg + 32 per thread");
-  static_assert(RK == 2 || RK == 4, "phase c: float2/float4 state rows");
+  static_assert(CG == NT / 32, "one column group per warp");
+  static_assert(C == 64, "phase a/b: rows lane and lane + 32 per thread");
+  static_assert(K % 32 == 0, "phase c: state rows lane + 32 r");
   static_assert(V % VS == 0, "whole slices");
   static_assert((C * K / 4) % NT == 0 && (C * C / 4) % NT == 0, "W and P loads: whole rounds");
   static_assert(C % (RB * (NT / 32)) == 0, "load_rows: whole batches");
@@ -271,32 +276,33 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
                     float* hT,        // same shape; may be null
                     int HV, int HK, int grouped, int l2norm, int vk, float scale) {
   using Cfg = StateCfg<K, V>;
-  constexpr int C = Cfg::C, VS = Cfg::VS, CG = Cfg::CG, LDK = Cfg::LDK, LDP = Cfg::LDP,
+  constexpr int C = Cfg::C, VS = Cfg::VS, LDK = Cfg::LDK, LDP = Cfg::LDP, LDS = Cfg::LDS,
                 RK = Cfg::RK;
   extern __shared__ float4 smem4[];
-  float* Ss = reinterpret_cast<float*>(smem4);  // [K][VS] state slice
-  float* Op = Ss + K * VS;                      // [C][LDK]: W, then Q, then Kd
+  float* Ss = reinterpret_cast<float*>(smem4);  // [K][LDS] state slice (VS columns used)
+  float* Op = Ss + K * LDS;                     // [C][LDK]: W, then Q, then Kd
   float* Pm = Op + C * LDK;                     // [C][LDP]
-  float* Vn = Pm + C * LDP;                     // [C][VS]
-  float* Gs = Vn + C * VS;                      // [C] G
+  float* Vn = Pm + C * LDP;                     // [C][LDS] (VS columns used)
+  float* Gs = Vn + C * LDS;                     // [C] G
   float* Eg = Gs + C;                           // [C] exp(G_i)
   float* Ed = Eg + C;                           // [C] exp(G_C - G_i)
 
   const int v0 = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
   const int kh = grouped ? h / (HV / HK) : h % HK;
-  const int cg = tid % CG, rg = tid / CG, warp = tid / 32;
-  const int col = 4 * cg;  // this thread's 4 columns within the slice
+  const int lane = tid & 31, warp = tid >> 5;
+  const int col = 4 * warp;  // this thread's 4 columns within the slice (warp-uniform)
   const std::int64_t sbase = (static_cast<std::int64_t>(n) * HV + h) * K * V;
 
-  // State slice in: h0 or zeros. Thread owns rows RK*rg .. RK*rg+RK-1, columns col..col+3.
+  // State slice in: h0 or zeros. Thread owns rows lane + 32 r, columns col..col+3; it reads and
+  // later writes exactly these elements (in-place h0 == hT is safe without a barrier).
   float st[RK][4];
 #pragma unroll
   for (int r = 0; r < RK; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int d = RK * rg + r, vc = v0 + col + c;
+      const int d = lane + 32 * r, vc = v0 + col + c;
       st[r][c] = h0 ? h0[sbase + (vk ? std::int64_t(vc) * K + d : std::int64_t(d) * V + vc)] : 0.f;
-      Ss[d * VS + col + c] = st[r][c];
+      Ss[d * LDS + col + c] = st[r][c];
     }
 
   const int c_begin = seq_chunk0[n], c_end = seq_chunk0[n + 1];
@@ -326,16 +332,17 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     }
     __syncthreads();
 
-    // Phase a: Vn = U - W S for rows rg and rg + 32, columns col..col+3.
+    // Phase a: Vn = U - W S for rows lane and lane + 32, columns col..col+3. Each accumulator
+    // runs over d in order (bitwise the v1/v2 sums); the S reads are warp-uniform.
     {
       float acc[2][4] = {};
       for (int d = 0; d < K; d += 4) {
-        const float4 w0 = *reinterpret_cast<const float4*>(&Op[rg * LDK + d]);
-        const float4 w1 = *reinterpret_cast<const float4*>(&Op[(rg + 32) * LDK + d]);
+        const float4 w0 = *reinterpret_cast<const float4*>(&Op[lane * LDK + d]);
+        const float4 w1 = *reinterpret_cast<const float4*>(&Op[(lane + 32) * LDK + d]);
         const float wa[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
-          const float4 s = *reinterpret_cast<const float4*>(&Ss[(d + m) * VS + col]);
+          const float4 s = *reinterpret_cast<const float4*>(&Ss[(d + m) * LDS + col]);
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             acc[r][0] = fmaf(wa[r][m], s.x, acc[r][0]);
@@ -347,9 +354,9 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int i = rg + 32 * r;
+        const int i = lane + 32 * r;
         const float4 u = *reinterpret_cast<const float4*>(&w[Ws<K, V>::U + i * V + v0 + col]);
-        *reinterpret_cast<float4*>(&Vn[i * VS + col]) =
+        *reinterpret_cast<float4*>(&Vn[i * LDS + col]) =
             make_float4(u.x - acc[r][0], u.y - acc[r][1], u.z - acc[r][2], u.w - acc[r][3]);
       }
     }
@@ -361,12 +368,12 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     {
       float qs[2][4] = {}, pv[2][4] = {};
       for (int d = 0; d < K; d += 4) {
-        const float4 q0 = *reinterpret_cast<const float4*>(&Op[rg * LDK + d]);
-        const float4 q1 = *reinterpret_cast<const float4*>(&Op[(rg + 32) * LDK + d]);
+        const float4 q0 = *reinterpret_cast<const float4*>(&Op[lane * LDK + d]);
+        const float4 q1 = *reinterpret_cast<const float4*>(&Op[(lane + 32) * LDK + d]);
         const float qa[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
-          const float4 s = *reinterpret_cast<const float4*>(&Ss[(d + m) * VS + col]);
+          const float4 s = *reinterpret_cast<const float4*>(&Ss[(d + m) * LDS + col]);
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             qs[r][0] = fmaf(qa[r][m], s.x, qs[r][0]);
@@ -376,15 +383,15 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
           }
         }
       }
-      // P is zero above the diagonal; this warp's largest row is 8 * warp + 7 + 32.
-      const int jmax = 8 * warp + 40;
-      for (int j = 0; j < jmax; j += 4) {
-        const float4 p0 = *reinterpret_cast<const float4*>(&Pm[rg * LDP + j]);
-        const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(rg + 32) * LDP + j]);
+      // P is zero above the diagonal: row lane (< 32) needs j < 32, row lane + 32 all j. The
+      // terms dropped against v2 were exact zeros (P_ij = 0 for j > i).
+      for (int j = 0; j < 32; j += 4) {
+        const float4 p0 = *reinterpret_cast<const float4*>(&Pm[lane * LDP + j]);
+        const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(lane + 32) * LDP + j]);
         const float pa[2][4] = {{p0.x, p0.y, p0.z, p0.w}, {p1.x, p1.y, p1.z, p1.w}};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
-          const float4 x = *reinterpret_cast<const float4*>(&Vn[(j + m) * VS + col]);
+          const float4 x = *reinterpret_cast<const float4*>(&Vn[(j + m) * LDS + col]);
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             pv[r][0] = fmaf(pa[r][m], x.x, pv[r][0]);
@@ -394,9 +401,21 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
           }
         }
       }
+      for (int j = 32; j < C; j += 4) {
+        const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(lane + 32) * LDP + j]);
+        const float pa[4] = {p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const float4 x = *reinterpret_cast<const float4*>(&Vn[(j + m) * LDS + col]);
+          pv[1][0] = fmaf(pa[m], x.x, pv[1][0]);
+          pv[1][1] = fmaf(pa[m], x.y, pv[1][1]);
+          pv[1][2] = fmaf(pa[m], x.z, pv[1][2]);
+          pv[1][3] = fmaf(pa[m], x.w, pv[1][3]);
+        }
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int i = rg + 32 * r;
+        const int i = lane + 32 * r;
         if (i < cd.len) {
           const float eg = Eg[i];
           OT* orow = o + (cd.t0 + i) * os0 + h * os1 + v0 + col;
@@ -413,7 +432,8 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     __syncthreads();
     const float GC = Gs[C - 1];
 
-    // Phase c: S' = exp(G_C) S + Kd^T Vn on this thread's RK x 4 block.
+    // Phase c: S' = exp(G_C) S + Kd^T Vn on this thread's RK x 4 block (rows lane + 32 r):
+    // Kd reads are 32 consecutive floats per warp, Vn reads warp-uniform.
     {
       const float eC = expf(GC);
 #pragma unroll
@@ -422,14 +442,9 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
         for (int c = 0; c < 4; ++c) st[r][c] *= eC;
       for (int i = 0; i < cd.len; ++i) {
         float kd[RK];
-        if constexpr (RK == 4) {
-          const float4 t = *reinterpret_cast<const float4*>(&Op[i * LDK + RK * rg]);
-          kd[0] = t.x, kd[1] = t.y, kd[2] = t.z, kd[3] = t.w;
-        } else {
-          const float2 t = *reinterpret_cast<const float2*>(&Op[i * LDK + RK * rg]);
-          kd[0] = t.x, kd[1] = t.y;
-        }
-        const float4 x = *reinterpret_cast<const float4*>(&Vn[i * VS + col]);
+#pragma unroll
+        for (int r = 0; r < RK; ++r) kd[r] = Op[i * LDK + lane + 32 * r];
+        const float4 x = *reinterpret_cast<const float4*>(&Vn[i * LDS + col]);
 #pragma unroll
         for (int r = 0; r < RK; ++r) {
           st[r][0] = fmaf(kd[r], x.x, st[r][0]);
@@ -440,7 +455,7 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       }
 #pragma unroll
       for (int r = 0; r < RK; ++r)
-        *reinterpret_cast<float4*>(&Ss[(RK * rg + r) * VS + col]) =
+        *reinterpret_cast<float4*>(&Ss[(lane + 32 * r) * LDS + col]) =
             make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
     }
     __syncthreads();
@@ -451,7 +466,7 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     for (int r = 0; r < RK; ++r)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int d = RK * rg + r, vc = v0 + col + c;
+        const int d = lane + 32 * r, vc = v0 + col + c;
         hT[sbase + (vk ? std::int64_t(vc) * K + d : std::int64_t(d) * V + vc)] = st[r][c];
       }
   }
