@@ -192,7 +192,8 @@ stage_bench() {
       >> "$OUT/bench.log" 2>&1
     rc=$?
     if ((rc == 0)); then
-      record bench OK "$c: $(grep -E '^  ms ' "$OUT/bench.log" | tail -1 | xargs)"; ((n_ok++))
+      # prefill cases print "  ms ...", decode/verify cases "... us/call ..."
+      record bench OK "$c: $(grep -E '^  ms |us/call' "$OUT/bench.log" | tail -1 | xargs)"; ((n_ok++))
     elif ((rc == 2)); then
       record bench UNSUPP "$c: $(tail -1 "$OUT/bench.log")"; ((n_fail++))
       [[ -n $arm ]] && skip_arms+="$arm "

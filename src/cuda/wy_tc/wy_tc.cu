@@ -1,37 +1,30 @@
 // wy-tc arm: chunked WY (DESIGN.md §2, C = 64) with tensor-core folds (mma.sync m16n8k16 bf16,
 // fp32 accumulate; runs on sm_80 and sm_90), an fp32 triangular solve and fp32 state.
 //
-// Variants in this file (v4, docs/NOTES_wy_tc.md):
+// Variants in this file (v2, docs/NOTES_wy_tc.md):
 //   wy_tc_chunk_kernel<TIn, TBeta, K, V, kExactQK>  chunk-local, fully parallel over (chunk,
 //       value head): G = cumsum(g) (warp scan); A = strict_lower(diag(beta)(K K^T .* Gam));
 //       Tm = (I + A)^-1 diag(beta) (fp32 forward substitution, one column per thread in
 //       registers); W = Tm diag(exp G) K; U = Tm V; P = scale (Q K^T .* Gam, lower incl. diag);
-//       Qs = scale diag(exp G) Q; Kd = diag(exp(G_C - G)) K. W, P are written as bf16 hi / lo
-//       planes (the split below, done once), U fp32; Q and K^T are written UNSCALED (hi only
-//       when kExactQK: exact bf16) with the row scalings eq = scale exp(G), ed = exp(G_C - G)
-//       as fp32 vectors, applied by the state kernel to fp32 values (v4).
-//   wy_tc_state_kernel<TOut, K, V, kExactQK>  sequential over the chunks of one sequence, one
-//       block per (sequence, value head, 64 columns of V), 4 warps of 16 columns each; the
-//       transposed state S^T lives in mma accumulator registers for the whole sequence:
-//       Vn^T = U^T - S^T W^T;  O^T = (S^T Q^T) diag(eq) + Vn^T P^T;
-//       S^T' = exp(G_C) S^T + (Vn^T diag(ed)) K, tiles double-buffered in two cp.async groups
-//       (W, Q, U, eq | P, K^T, ed).
+//       Qs = scale diag(exp G) Q; Kd = diag(exp(G_C - G)) K. W, Qs, Kd^T, P are written as
+//       bf16 hi / lo planes (the split below, done once), U fp32.
+//   wy_tc_state_kernel<TOut, K, V>  sequential over the chunks of one sequence, one block per
+//       (sequence, value head, 64 columns of V), 4 warps of 16 columns each; the transposed
+//       state S^T lives in mma accumulator registers for the whole sequence:
+//       Vn^T = U^T - S^T W^T;  O^T = S^T Qs^T + Vn^T P^T;  S^T' = exp(G_C) S^T + Vn^T Kd,
+//       tiles double-buffered in two cp.async groups (W, Qs, U | P, Kd^T).
 //
 // Fold precision (what the derived bound must use). Every operand that is not exactly a bf16
 // number is split x = hi + lo with hi = bf16(x), lo = bf16(x - hi) (16 significant bits, relative
 // representation error <= 2^-17), and a product a b is formed as hi_a hi_b + hi_a lo_b + lo_a hi_b
 // (3 mma's; the dropped lo_a lo_b term is <= 2^-16 |a||b|), accumulated in fp32. Exactly
-// representable operands (bf16 q/k/v) use hi only (v4: also as the B operands of S^T Q^T and
-// Vn^T K, whose exp scalings are applied in fp32 to the result / to the A operand before its
-// split: one fp32 rounding more, no 2-byte rounding). So: K K^T and Q K^T are exact products
-// with fp32 accumulation for bf16 io; every other fold, and every fold for f16 io (f16 splits
-// exactly) and f32 io (inputs carried to 16 bits), has per-product relative error <= ~2^-15
-// plus fp32 accumulation. The state never passes through a 2-byte format.
+// representable operands (bf16 q/k/v) use hi only. So: K K^T and Q K^T are exact products with fp32
+// accumulation for bf16 io; every other fold, and every fold for f16 io (f16 splits exactly) and
+// f32 io (inputs carried to 16 bits), has per-product relative error <= ~2^-15 plus fp32
+// accumulation. The state never passes through a 2-byte format.
 //
-// Cost model (v2; v4 changes in docs/NOTES_wy_tc.md: bf16 io without L2 norm drops the Q and
-// K^T lo planes, 32 KiB of the 144 KiB per (chunk, head), and 128 of the 672 mma's), per
-// (chunk of 64 tokens, value head), K = V = 128 (qwen3.5-27b: 512 chunks x 48 heads at
-// T = 32768):
+// Cost model (v2), per (chunk of 64 tokens, value head), K = V = 128 (qwen3.5-27b: 512 chunks x
+// 48 heads at T = 32768):
 //   chunk kernel: ~2.1 MFLOP of mma + the 64 x 64 solve (2 k FMA per column thread); reads q, k,
 //     v (48 KiB bf16), writes W, Qs, Kd^T hi/lo (96 KiB), P hi/lo (16 KiB), U fp32 (32 KiB).
 //   state kernel: per warp and chunk 8 x 8 x 6 (S^T [W; Qs]^T) + 4 x 8 x 3 (Vn^T P^T) +
@@ -146,16 +139,14 @@ __device__ __forceinline__ void split_pair(float a, float b, std::uint32_t& hi, 
 struct Workspace {
   std::uint32_t* wh;  // [NC, HV, C, K/2] W hi (bf16 pairs)
   std::uint32_t* wl;  // [NC, HV, C, K/2] W lo
-  std::uint32_t* qh;  // [NC, HV, C, K/2] Q (as the folds see it: normalized if asked), hi
-  std::uint32_t* ql;  // [NC, HV, C, K/2] Q lo (not written or read when kExactQK)
-  std::uint32_t* kh;  // [NC, HV, K, C/2] K^T, hi
-  std::uint32_t* kl;  // [NC, HV, K, C/2] K^T lo (not written or read when kExactQK)
+  std::uint32_t* qh;  // [NC, HV, C, K/2] Qs = scale diag(exp G) Q, hi
+  std::uint32_t* ql;  // [NC, HV, C, K/2] Qs lo
+  std::uint32_t* kh;  // [NC, HV, K, C/2] Kd^T, Kd = diag(exp(G_C - G)) K, hi
+  std::uint32_t* kl;  // [NC, HV, K, C/2] Kd^T lo
   std::uint32_t* ph;  // [NC, HV, C, C/2] P = scale (Q K^T .* Gam) lower incl. diagonal, hi
   std::uint32_t* pl;  // [NC, HV, C, C/2] P lo
   float* u;           // [NC, HV, C, V] U = Tm V, fp32
   float* gc;          // [NC, HV] G at the chunk's end
-  float* eq;          // [NC, HV, C] scale exp(G): Qs = diag(eq) Q, applied to O^T's columns
-  float* ed;          // [NC, HV, C] exp(G_C - G): Kd = diag(ed) K, applied to Vn^T's columns
 };
 
 struct ChunkParams {
@@ -182,31 +173,6 @@ template <int K, int V> struct ChunkSmem {
   static constexpr int floats = Cfg::kChunk * (LK + LQ + 2 * LA) + 4 * Cfg::kChunk;
   static constexpr std::size_t bytes = sizeof(float) * floats;
 };
-
-// Rows [0, C) x COLS of one head of a [T, H, COLS] tensor (src at the chunk's first token and
-// the head, st = token stride) into smem as fp32 (row stride ld), zero past len; lt / NTHR: this
-// thread among the NTHR that share the copy. Each thread issues kBatch independent loads before
-// its stores: the v1/v2 loop stored every element before loading the next, so each of its 64-128
-// loads per thread waited a full DRAM latency (~100 us per block measured).
-template <int COLS, int NTHR, typename TIn>
-__device__ __forceinline__ void load_rows(float* dst, int ld, const TIn* src, std::int64_t st,
-                                          int len, int lt) {
-  constexpr int kBatch = 16, kTotal = Cfg::kChunk * COLS;
-  static_assert(kTotal % (kBatch * NTHR) == 0, "whole batches");
-  for (int i0 = lt; i0 < kTotal; i0 += kBatch * NTHR) {
-    float x[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * NTHR, r = i / COLS, c = i % COLS;
-      x[u] = r < len ? to_f32(src[r * st + c]) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * NTHR;
-      dst[(i / COLS) * ld + i % COLS] = x[u];
-    }
-  }
-}
 
 // kExactQK: q and k reach the folds exactly as bf16 numbers (bf16 io without in-kernel L2 norm).
 template <typename TIn, typename TBeta, int K, int V, bool kExactQK>
@@ -237,8 +203,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
 
   // Rows past the sequence's end are zero with g = 0, beta = 0: they add nothing to W, U, P, Kd
   // and leave G at the chunk's end equal to G of its last token.
-  load_rows<K, Cfg::kThreads>(sK, LK, k + tok0 * p.k_st + kh * p.k_sh, p.k_st, len, tid);
-  load_rows<K, Cfg::kThreads>(sQ, LQ, q + tok0 * p.q_st + kh * p.q_sh, p.q_st, len, tid);
+  for (int i = tid; i < C * K; i += Cfg::kThreads) {
+    const int r = i / K, c = i % K;
+    const std::int64_t t = tok0 + r;
+    sK[r * LK + c] = r < len ? to_f32(k[t * p.k_st + kh * p.k_sh + c]) : 0.f;
+    sQ[r * LQ + c] = r < len ? to_f32(q[t * p.q_st + kh * p.q_sh + c]) : 0.f;
+  }
   if (tid < C) {
     const std::int64_t t = tok0 + tid;
     sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
@@ -315,25 +285,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
     std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
     for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
       const int r = (2 * i) / K, c = (2 * i) % K;
-      if constexpr (kExact) {
-        Qh[i] = pack_bf16(sQ[r * LQ + c], sQ[r * LQ + c + 1]);  // exact: bf16 q
-      } else {
-        split_pair(sQ[r * LQ + c], sQ[r * LQ + c + 1], Qh[i], Ql[i]);
-      }
+      const float f = p.scale * sE[r];
+      split_pair(f * sQ[r * LQ + c], f * sQ[r * LQ + c + 1], Qh[i], Ql[i]);
     }
-    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;  // K^T: row = key dim, pairs along tokens
+    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;  // Kd^T: row = key dim, pairs along tokens
     std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
     for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
       const int d = (2 * i) / C, r = (2 * i) % C;
-      if constexpr (kExact) {
-        Kh[i] = pack_bf16(sK[r * LK + d], sK[(r + 1) * LK + d]);  // exact: bf16 k
-      } else {
-        split_pair(sK[r * LK + d], sK[(r + 1) * LK + d], Kh[i], Kl[i]);
-      }
-    }
-    if (tid < C) {
-      p.ws.eq[base * C + tid] = p.scale * sE[tid];
-      p.ws.ed[base * C + tid] = sD[tid];
+      split_pair(sD[r] * sK[r * LK + d], sD[r + 1] * sK[(r + 1) * LK + d], Kh[i], Kl[i]);
     }
     if (tid == 0) p.ws.gc[base] = sG[C - 1];
   }
@@ -362,8 +321,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
       sX[i * LA + c] = x[i];
     }
   } else {
-    load_rows<V, Cfg::kThreads - C>(sQ, LQ, v + tok0 * p.v_st + h * p.v_sh, p.v_st, len,
-                                    tid - C);
+    for (int i = tid - C; i < C * V; i += Cfg::kThreads - C) {
+      const int r = i / V, c = i % V;
+      sQ[r * LQ + c] = r < len ? to_f32(v[(tok0 + r) * p.v_st + h * p.v_sh + c]) : 0.f;
+    }
   }
   __syncthreads();
   // Tm = X diag(beta). W = Tm diag(exp G) K (hi / lo pairs), U = Tm V (fp32).
@@ -425,13 +386,12 @@ template <int K, int V> struct StateSmem {
   static constexpr int LKw = (K + SCfg::kPadB) / 2;  // 32-bit words per row of W, Qs tiles
   static constexpr int LCw = (Cfg::kChunk + SCfg::kPadB) / 2;  // words per row of P, Kd^T
   static constexpr int LU = SCfg::kVSlice + 4;  // fp32 U row: 4 mod 32 words, as above
-  // Group A (phase 1): W hi/lo, Q hi/lo, 4 x 64 x LKw x 4 B (68 KiB at K = 128), U slice
-  // 64 x LU x 4 B (17 KiB). Group B (phase 2): P hi/lo 2 x 64 x LCw x 4 B (18 KiB), K^T hi/lo
-  // 2 x K x LCw x 4 B (36 KiB). Column scalings eq (group A) and ed (group B), 64 x 4 B each.
-  // Each group is refilled (cp.async) while the other one is in use: 139.5 KiB total (sm_80:
-  // 163 KiB). With kExactQK the Q lo and K^T lo planes are allocated but neither filled nor read.
-  static constexpr int words_a = 4 * Cfg::kChunk * LKw + Cfg::kChunk * LU + Cfg::kChunk;
-  static constexpr int words_b = 2 * Cfg::kChunk * LCw + 2 * K * LCw + Cfg::kChunk;
+  // Group A (phase 1): W hi/lo, Qs hi/lo, 4 x 64 x LKw x 4 B (68 KiB at K = 128), U slice
+  // 64 x LU x 4 B (17 KiB). Group B (phase 2): P hi/lo 2 x 64 x LCw x 4 B (18 KiB), Kd^T hi/lo
+  // 2 x K x LCw x 4 B (36 KiB). Each group is refilled (cp.async) while the other one is in use:
+  // 139 KiB total (sm_80: 163 KiB).
+  static constexpr int words_a = 4 * Cfg::kChunk * LKw + Cfg::kChunk * LU;
+  static constexpr int words_b = 2 * Cfg::kChunk * LCw + 2 * K * LCw;
   static constexpr std::size_t bytes = 4 * static_cast<std::size_t>(words_a + words_b);
 };
 
@@ -489,12 +449,10 @@ __device__ __forceinline__ void mma_split(float (&d)[4], const std::uint32_t (&a
 // transposed state: warp w holds S^T rows v0 .. v0 + 15 (v0 = s0 + 16 w) x all K columns as mma
 // accumulators, fp32, across all chunks. Per chunk:
 //   phase 1 (tiles A):  X = S^T [W; Qs]^T              (A operand = S^T split in registers)
-//                       Vn^T = U^T - S^T W^T,  O^T = (S^T Q^T) diag(eq) = S^T Qs^T
-//   phase 2 (tiles B):  O^T += Vn^T P^T,  S^T' = exp(G_C) S^T + (Vn^T diag(ed)) K
-//                       (A = Vn^T, then Vn^T diag(ed), in registers)
+//                       Vn^T = U^T - S^T W^T,  O^T = S^T Qs^T
+//   phase 2 (tiles B):  O^T += Vn^T P^T,  S^T' = exp(G_C) S^T + Vn^T Kd   (A = Vn^T in registers)
 // Warps never exchange data; barriers only guard the smem tile refills.
-// kExactQK: the Q and K^T tiles are exact bf16 (hi plane only): their folds take 2 mma's.
-template <typename TOut, int K, int V, bool kExactQK>
+template <typename TOut, int K, int V>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StateParams p) {
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0, "V is a whole number of slices");
@@ -510,8 +468,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   std::uint32_t* sKh = sPl + C * LCw;    // [K][LCw]
   std::uint32_t* sKl = sKh + K * LCw;    // [K][LCw]
   float* sU = reinterpret_cast<float*>(sKl + K * LCw);  // [C][LU] U[:, slice]
-  float* sEq = sU + C * LU;  // [C] scale exp(G) (group A)
-  float* sEd = sEq + C;      // [C] exp(G_C - G) (group B)
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
@@ -533,17 +489,15 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
     copy_tile<C, K / 2>(sWh, LKw, p.ws.wh + base * C * K / 2);
     copy_tile<C, K / 2>(sWl, LKw, p.ws.wl + base * C * K / 2);
     copy_tile<C, K / 2>(sQh, LKw, p.ws.qh + base * C * K / 2);
-    if constexpr (!kExactQK) copy_tile<C, K / 2>(sQl, LKw, p.ws.ql + base * C * K / 2);
+    copy_tile<C, K / 2>(sQl, LKw, p.ws.ql + base * C * K / 2);
     copy_tile<C, VS>(sU, LU, p.ws.u + base * C * V + slice * VS, V);
-    copy_tile<1, C>(sEq, C, p.ws.eq + base * C);
   };
   auto issue_b = [&](int cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
     copy_tile<C, C / 2>(sPh, LCw, p.ws.ph + base * C * C / 2);
     copy_tile<C, C / 2>(sPl, LCw, p.ws.pl + base * C * C / 2);
     copy_tile<K, C / 2>(sKh, LCw, p.ws.kh + base * K * C / 2);
-    if constexpr (!kExactQK) copy_tile<K, C / 2>(sKl, LCw, p.ws.kl + base * K * C / 2);
-    copy_tile<1, C>(sEd, C, p.ws.ed + base * C);
+    copy_tile<K, C / 2>(sKl, LCw, p.ws.kl + base * K * C / 2);
   };
   if (c_begin < c_end) {
     issue_a(c_begin);
@@ -570,20 +524,10 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
         load_b(bl, sWl, LKw, nt * 8, ks * 16);
         mma_split(ws[nt], ah, al, bh, bl);
         load_b(bh, sQh, LKw, nt * 8, ks * 16);
-        if constexpr (kExactQK) {
-          mma_bf16(ot[nt], al, bh);
-          mma_bf16(ot[nt], ah, bh);
-        } else {
-          load_b(bl, sQl, LKw, nt * 8, ks * 16);
-          mma_split(ot[nt], ah, al, bh, bl);
-        }
+        load_b(bl, sQl, LKw, nt * 8, ks * 16);
+        mma_split(ot[nt], ah, al, bh, bl);
       }
     }
-    // O^T = (S^T Q^T) diag(eq) = S^T Qs^T: column c of O^T is token c of the chunk.
-#pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ot[nt][e] *= sEq[acc_col(nt, e)];
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt)
@@ -611,26 +555,12 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
         load_b(bl, sPl, LCw, nt * 8, kc * 16);
         mma_split(ot[nt], ah, al, bh, bl);
       }
-      // Vn^T Kd = (Vn^T diag(ed)) K: the scaling goes on the fp32 A operand before its split.
-      {
-        const float d0 = sEd[kc * 16 + 2 * tig], d1 = sEd[kc * 16 + 2 * tig + 1];
-        const float d8 = sEd[kc * 16 + 2 * tig + 8], d9 = sEd[kc * 16 + 2 * tig + 9];
-        split_pair(vn[2 * kc][0] * d0, vn[2 * kc][1] * d1, ah[0], al[0]);
-        split_pair(vn[2 * kc][2] * d0, vn[2 * kc][3] * d1, ah[1], al[1]);
-        split_pair(vn[2 * kc + 1][0] * d8, vn[2 * kc + 1][1] * d9, ah[2], al[2]);
-        split_pair(vn[2 * kc + 1][2] * d8, vn[2 * kc + 1][3] * d9, ah[3], al[3]);
-      }
 #pragma unroll
       for (int nt = 0; nt < K / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
         load_b(bh, sKh, LCw, nt * 8, kc * 16);
-        if constexpr (kExactQK) {
-          mma_bf16(st[nt], al, bh);
-          mma_bf16(st[nt], ah, bh);
-        } else {
-          load_b(bl, sKl, LCw, nt * 8, kc * 16);
-          mma_split(st[nt], ah, al, bh, bl);
-        }
+        load_b(bl, sKl, LCw, nt * 8, kc * 16);
+        mma_split(st[nt], ah, al, bh, bl);
       }
     }
     __syncthreads();  // every warp is done with tiles B
@@ -683,9 +613,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::size_t b_cc = align_up(2 * tiles * C * C);  // one bf16 plane of a C x C tile
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
   const std::size_t b_gc = align_up(sizeof(float) * tiles);
-  const std::size_t b_c = align_up(sizeof(float) * tiles * C);  // one per-row scaling vector
   cuda::Scratch scratch(st);
-  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_c);
+  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc);
   if (!stt.ok()) return stt;
   std::int32_t* d_tab = scratch.as<std::int32_t>(0);
   GDN_CUDA_TRY(cudaMemcpyAsync(d_tab, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice, st));
@@ -696,14 +625,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   ws.ph = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.pl = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.u = scratch.as<float>(off), off += b_cv;
-  ws.gc = scratch.as<float>(off), off += b_gc;
-  ws.eq = scratch.as<float>(off), off += b_c;
-  ws.ed = scratch.as<float>(off);
+  ws.gc = scratch.as<float>(off);
   const std::int32_t* d_tok0 = d_tab;
   const std::int32_t* d_len = d_tab + NC;
   const std::int32_t* d_first = d_tab + 2 * NC;
-  // q and k reach the folds exactly as bf16 numbers: both kernels drop their lo planes.
-  const bool exact_qk = a.q.dtype == DType::bf16 && !pr.qk_l2norm;
 
   if (NC > 0) {
     ChunkParams cp{};
@@ -733,7 +658,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
         return Status::Ok();
       };
       constexpr bool kBf16 = std::is_same_v<TIn, __nv_bfloat16>;
-      const bool exact = kBf16 && exact_qk;
+      const bool exact = kBf16 && !pr.qk_l2norm;
       if (a.beta.dtype == DType::bf16)
         return exact ? go(wy_tc_chunk_kernel<TIn, __nv_bfloat16, K, V, kBf16>)
                      : go(wy_tc_chunk_kernel<TIn, __nv_bfloat16, K, V, false>);
@@ -755,8 +680,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
-    auto kern = exact_qk ? wy_tc_state_kernel<TOut, K, V, true>
-                         : wy_tc_state_kernel<TOut, K, V, false>;
+    auto kern = wy_tc_state_kernel<TOut, K, V>;
     constexpr std::size_t smem = StateSmem<K, V>::bytes;
     GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
