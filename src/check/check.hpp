@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct CaseSpec {
   StateLayout state_layout = StateLayout::kv;
   std::string name() const;
 };
+// gtest prints parameters with PrintTo: the name, not a byte dump, in test listings and CTest.
+inline void PrintTo(const CaseSpec& s, std::ostream* os) { *os << s.name(); }
 
 // A concrete instance: inputs as stored (already rounded to their dtypes), on the host.
 struct Case {

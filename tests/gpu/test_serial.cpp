@@ -17,10 +17,6 @@
 #include "check/check.hpp"
 #include "gdn/gdn.hpp"
 
-namespace gdn::check {
-// gtest prints the fixture by name, not as raw bytes.
-void PrintTo(const CaseSpec& s, std::ostream* os) { *os << s.name(); }
-}  // namespace gdn::check
 
 namespace gdn {
 namespace {
