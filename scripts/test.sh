@@ -5,14 +5,8 @@
 # GDN_CMAKE_ARGS (extra configure flags, e.g. -DGDN_CUDA=OFF).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
-if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH=/usr/local/cuda/bin:$PATH
-fi
+scripts/build.sh
 BUILD=${GDN_BUILD_DIR:-build}
 JOBS=${GDN_JOBS:-$(nproc)}
-# shellcheck disable=SC2086  # GDN_CMAKE_ARGS is a list of flags
-cmake -S . -B "$BUILD" -G Ninja ${GDN_CMAKE_ARGS:-}
-cmake --build "$BUILD" -j "$JOBS"
 cd "$BUILD"
 ctest --output-on-failure -j "$JOBS"
