@@ -38,10 +38,6 @@
 #include <cuda_runtime.h>
 #endif
 
-#ifndef GDN_GIT_SHA
-#define GDN_GIT_SHA "unknown"
-#endif
-
 namespace gdn::cli {
 namespace {
 
@@ -75,11 +71,6 @@ std::string today_utc() {
   char buf[16];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
   return buf;
-}
-
-std::string commit_id() {
-  if (const char* c = std::getenv("GDN_COMMIT"); c && *c) return c;
-  return GDN_GIT_SHA[0] ? GDN_GIT_SHA : "unknown";
 }
 
 // Progress on stderr: stage lines always, a live counter only on a terminal.

@@ -4,10 +4,6 @@
 #include "gdn/commands.hpp"
 #include "gdn/gdn.hpp"
 
-#ifndef GDN_GIT_SHA
-#define GDN_GIT_SHA "unknown"
-#endif
-
 namespace gdn::cli {
 
 void add_info(CLI::App& app) {

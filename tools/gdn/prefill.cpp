@@ -21,10 +21,6 @@
 #include <cuda_runtime.h>
 #endif
 
-#ifndef GDN_GIT_SHA
-#define GDN_GIT_SHA "unknown"
-#endif
-
 namespace gdn::cli {
 namespace {
 
