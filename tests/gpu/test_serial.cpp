@@ -15,26 +15,18 @@
 #include <vector>
 
 #include "check/check.hpp"
+#include "gpu_test_util.hpp"
 #include "gdn/gdn.hpp"
 
 
 namespace gdn {
 namespace {
 
+using testutil::describe;
+using testutil::first_bit_difference;
+using testutil::spec_of;
+
 constexpr std::uint64_t kSeed = 2024;
-
-std::string describe(const check::Row& r) {
-  return check::format_table({r}) + (r.error.empty() ? "" : "error: " + r.error + "\n") +
-         "bound: " + r.bound.formula + "\n";
-}
-
-// First index where two outputs differ in bits (NaNs with the same payload compare equal), or -1.
-std::int64_t first_bit_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return static_cast<std::int64_t>(i);
-  return -1;
-}
 
 // ---- the whole fixture set against the fp64 oracle ----
 
@@ -63,16 +55,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SerialParity, ::testing::ValuesIn(check::fixt
                          });
 
 // ---- properties of the arm ----
-
-check::CaseSpec spec_of(std::vector<int> lens, int HK, int HV, int K, int V) {
-  check::CaseSpec s;
-  s.seq_lens = std::move(lens);
-  s.HK = HK;
-  s.HV = HV;
-  s.K = K;
-  s.V = V;
-  return s;
-}
 
 TEST(Serial, BitwiseReproducible_L300x0x1029_HK2_HV6_K128_bf16_h0_tiled) {
   check::CaseSpec s = spec_of({300, 0, 1029}, 2, 6, 128, 128);

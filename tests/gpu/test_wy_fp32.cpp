@@ -12,24 +12,17 @@
 #include <vector>
 
 #include "check/check.hpp"
+#include "gpu_test_util.hpp"
 #include "gdn/gdn.hpp"
 
 namespace gdn {
 namespace {
 
+using testutil::describe;
+using testutil::first_bit_difference;
+using testutil::spec_of;
+
 constexpr std::uint64_t kSeed = 4404;
-
-std::string describe(const check::Row& r) {
-  return check::format_table({r}) + (r.error.empty() ? "" : "error: " + r.error + "\n") +
-         "bound: " + r.bound.formula + "\n";
-}
-
-std::int64_t first_bit_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return static_cast<std::int64_t>(i);
-  return -1;
-}
 
 void expect_parity(const check::CaseSpec& spec) {
   const check::Case c = check::make_case(spec, kSeed);
@@ -56,16 +49,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, WyFp32Parity, ::testing::ValuesIn(check::fixt
                          [](const ::testing::TestParamInfo<check::CaseSpec>& info) {
                            return info.param.name();
                          });
-
-check::CaseSpec spec_of(std::vector<int> lens, int HK, int HV, int K, int V) {
-  check::CaseSpec s;
-  s.seq_lens = std::move(lens);
-  s.HK = HK;
-  s.HV = HV;
-  s.K = K;
-  s.V = V;
-  return s;
-}
 
 TEST(WyFp32, Varlen_L0x130x0x64x1x0_HK2_HV4_K128_bf16_h0_grouped) {
   expect_parity(spec_of({0, 130, 0, 64, 1, 0}, 2, 4, 128, 128));

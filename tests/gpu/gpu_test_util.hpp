@@ -1,0 +1,40 @@
+// Helpers shared by the GPU test files (one copy, not one per arm).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "check/check.hpp"
+
+namespace gdn::testutil {
+
+// A failing row in full: the table line, the arm's error if any, and the bound's formula.
+inline std::string describe(const check::Row& r) {
+  return check::format_table({r}) + (r.error.empty() ? "" : "error: " + r.error + "\n") +
+         "bound: " + r.bound.formula + "\n";
+}
+
+// First index where two outputs differ in bits (NaNs with the same payload compare equal), or -1.
+inline std::int64_t first_bit_difference(const std::vector<double>& a,
+                                         const std::vector<double>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return static_cast<std::int64_t>(i);
+  return -1;
+}
+
+// A fixture with the given sequence lengths and head geometry, other fields at their defaults.
+inline check::CaseSpec spec_of(std::vector<int> lens, int HK, int HV, int K, int V) {
+  check::CaseSpec s;
+  s.seq_lens = std::move(lens);
+  s.HK = HK;
+  s.HV = HV;
+  s.K = K;
+  s.V = V;
+  return s;
+}
+
+}  // namespace gdn::testutil
