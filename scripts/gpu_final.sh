@@ -14,6 +14,13 @@ run_stage() { OUT=$L GDN_CTEST_JOBS=${GDN_CTEST_JOBS:-12} bash scripts/gpu_run.s
               cp "$L/summary.txt" "$OUT/summary.txt" 2>/dev/null; cp "$L/results.jsonl" "$OUT/" 2>/dev/null
               pack; }
 run_stage test
+if [[ ${GDN_PROFILE:-0} == 1 ]]; then
+  mkdir -p "$L/profile"; OUT=$L/profile timeout 400 bash scripts/gpu_profile.sh > "$L/profile.log" 2>&1; pack
+fi
+if [[ -x scripts/gpu_decode_sweep.sh && ${GDN_DECODE_SWEEP:-1} == 1 ]]; then
+  OUT=$L timeout 90 bash scripts/gpu_decode_sweep.sh > "$L/decode_sweep.log" 2>&1
+  cp "$L/decode_sweep.jsonl" "$OUT/" 2>/dev/null; pack
+fi
 GDN_BENCH_CASES=${GDN_BENCH_CASES:-"--arm wy-tc --tokens 32768;--arm wy-tc --tokens 4096 --no-check;--arm wy-tc --tokens 32768 --seqs 8 --no-check;--arm wy-tc --preset qwen3-next-80b --tokens 32768 --no-check;--arm wy-fp32 --tokens 32768;--decode --seqs 256;--decode --seqs 1;--decode --seqs 64 --verify-tokens 4"} \
   run_stage bench
 OUT=$L GDN_PY_PREBUILT=0 GDN_LIBGDN=$PWD/build-gpu/libgdn.a \
@@ -23,5 +30,9 @@ tail -25 "$L/pytest.log" > "$OUT/pytest.txt" 2>/dev/null; pack
 for f in compare.jsonl compare.png; do [[ -f $L/$f ]] && mv "$L/$f" "$OUT/"; done
 timeout 60 build-gpu/gdn prefill --preset qwen3.5-27b --tokens 32768 --layers 1 --iters 2 \
   --json "$OUT/results.jsonl" > "$OUT/layer.txt" 2>&1
+if [[ ${GDN_TUNE:-0} == 1 ]]; then
+  timeout 150 build-gpu/gdn tune --max-len 32768 --budget-ms 60 --out "$L/tune.json" > "$L/tune.txt" 2>&1
+  cp "$L/tune.txt" "$OUT/" 2>/dev/null; pack
+fi
 GDN_SANITIZE_FILTER=${GDN_SANITIZE_FILTER:-'DecodeGpu.N5*:DecodeGpu.VerifyT4*:*WyTc*T65*:*wy_tc*T65*:*WyFp32*T65*:CpGpu*'} run_stage sanitize
 cat "$OUT/summary.txt"; cat "$OUT/pytest.txt"; grep -vE "\[#" "$OUT/layer.txt" | tail -14
