@@ -37,6 +37,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -585,7 +587,312 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   }
 }
 
+// ---- v5 chunk kernel: bf16 inputs (q, k, v exact bf16 numbers), tiles kept in bf16 smem, mma
+// fragments by ldmatrix, l2norm and every exp/beta/scale factor applied to fp32 values as row or
+// column scalings. Writes exactly the v2 workspace (W, Qs, Kd^T, P hi/lo planes, U fp32, G_C), so
+// the state kernel is unchanged. Per fold:
+//   K K^T, Q K^T  exact bf16 operands, fp32 accumulate (1 mma); the scalings beta_i r_i r_j
+//                 exp(G_i - G_j) (and scale rq_i) multiply the fp32 result.
+//   W = Y K       Y = X diag(beta E rk) in fp32, split hi + lo; K exact (2 mma's).
+//   U = Xb V      Xb = X diag(beta), split hi + lo; V exact (2 mma's).
+//   Qs, Kd^T, P   fp32 products, split when written (as v2).
+// Every product therefore carries at most one split (<= 2^-17 relative) plus fp32 accumulation:
+// within the wy-tc bound row (kSplit), no worse than v2 fold by fold.
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(std::uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gmem_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  const int n = valid ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
+               "r"(n));
+}
+
+template <int K, int V> struct ChunkSmemV5 {
+  static constexpr int LB = K + 8;   // bf16 row stride of the k and q tiles (16-byte rows, the 8
+                                     // rows of one ldmatrix hit distinct bank groups)
+  static constexpr int LBV = V + 8;  // bf16 row stride of the v tile
+  static constexpr int LA = Cfg::kChunk + Cfg::kPad;  // fp32 rows of A and X
+  // sK, sQ 64 x LB bf16 (17 KiB each at K = 128), sV 64 x LBV bf16, sA and sX 64 x 68 fp32
+  // (17 KiB each), 7 vectors of 64 fp32: ~87 KiB, two blocks per SM.
+  static constexpr std::size_t bytes =
+      2 * static_cast<std::size_t>(Cfg::kChunk) * (2 * LB + LBV) +
+      4 * static_cast<std::size_t>(Cfg::kChunk) * (2 * LA + 7);
+};
+
+template <typename TBeta, int K, int V, bool kL2>
+__global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkParams p) {
+  constexpr int C = Cfg::kChunk;
+  using Sm = ChunkSmemV5<K, V>;
+  constexpr int LB = Sm::LB, LBV = Sm::LBV, LA = Sm::LA;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [C][LB]
+  __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
+  __nv_bfloat16* sV = sQ + C * LB;                                  // [C][LBV]
+  float* sA = reinterpret_cast<float*>(sV + C * LBV);               // [C][LA] strict-lower A
+  float* sX = sA + C * LA;                                          // [C][LA] (I + A)^-1
+  float* sG = sX + C * LA;  // cumulative log-decay
+  float* sE = sG + C;       // exp(G)
+  float* sD = sE + C;       // exp(G_C - G)
+  float* sB = sD + C;       // beta
+  float* sRk = sB + C;      // 1 / |k| (1 without l2norm)
+  float* sRq = sRk + C;     // 1 / |q|
+  float* sS = sRq + C;      // beta E rk: column scaling of X for W
+
+  const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
+  const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
+  const TBeta* beta = static_cast<const TBeta*>(p.beta);
+
+  // Tiles: 16-byte pieces, rows past the chunk's length zero-filled (g = 0, beta = 0 there).
+  {
+    constexpr int PK = K / 8, PV = V / 8;  // 16-byte pieces per row
+    for (int i = tid; i < C * PK; i += Cfg::kThreads) {
+      const int r = i / PK, c = (i % PK) * 8;
+      const bool ok = r < len;
+      const std::int64_t t = tok0 + (ok ? r : 0);
+      cp_async16_zfill(sK + r * LB + c, k + t * p.k_st + kh * p.k_sh + c, ok);
+      cp_async16_zfill(sQ + r * LB + c, q + t * p.q_st + kh * p.q_sh + c, ok);
+    }
+    for (int i = tid; i < C * PV; i += Cfg::kThreads) {
+      const int r = i / PV, c = (i % PV) * 8;
+      const bool ok = r < len;
+      const std::int64_t t = tok0 + (ok ? r : 0);
+      cp_async16_zfill(sV + r * LBV + c, v + t * p.v_st + h * p.v_sh + c, ok);
+    }
+    cp_async_commit();
+  }
+  if (tid < C) {
+    const std::int64_t t = tok0 + tid;
+    sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
+    sB[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (warp == 0) {  // inclusive prefix sum of g: lane owns rows 2 lane, 2 lane + 1
+    const float a = sG[2 * lane], b = sG[2 * lane + 1];
+    float run = a + b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float up = __shfl_up_sync(0xffffffffu, run, o);
+      if (lane >= o) run += up;
+    }
+    const float before = __shfl_up_sync(0xffffffffu, run, 1);
+    const float excl = lane == 0 ? 0.f : before;
+    sG[2 * lane] = excl + a;
+    sG[2 * lane + 1] = run;
+  } else if (kL2) {  // warps 1..3: row norms of k and q (rows of zeros get 1 / sqrt(1e-6))
+    for (int r = warp - 1; r < 2 * C; r += Cfg::kThreads / 32 - 1) {
+      const __nv_bfloat16* row = r < C ? sK + r * LB : sQ + (r - C) * LB;
+      float ss = 0.f;
+      for (int c = lane; c < K; c += 32) {
+        const float x = __bfloat162float(row[c]);
+        ss += x * x;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) (r < C ? sRk[r] : sRq[r - C]) = rsqrtf(ss + 1e-6f);
+    }
+  }
+  if (!kL2 && tid < C) sRk[tid] = 1.f, sRq[tid] = 1.f;
+  __syncthreads();
+  if (tid < C) {
+    sE[tid] = expf(sG[tid]);
+    sD[tid] = expf(sG[C - 1] - sG[tid]) * sRk[tid];  // Kd row scaling incl. the norm
+    sS[tid] = sB[tid] * sE[tid] * sRk[tid];
+  }
+
+  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  const int m0 = warp * 16;
+  // Q K^T and K K^T for the warp's 16 rows, n-tiles up to the diagonal only.
+  {
+    float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
+    const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+      std::uint32_t ak[4], aq[4];
+      const int ar = m0 + (lane & 15), ac = ks * 16 + (lane >> 4) * 8;
+      ldsm_x4(ak, sK + ar * LB + ac);
+      ldsm_x4(aq, sQ + ar * LB + ac);
+#pragma unroll
+      for (int np = 0; np < C / 16; ++np) {  // pairs of n-tiles: one x4 load gives both
+        if (2 * np < ntiles) {
+          std::uint32_t b[4];
+          // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+          const int br = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+          const int bc = ks * 16 + ((lane >> 3) & 1) * 8;
+          ldsm_x4(b, sK + br * LB + bc);
+          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+          mma_bf16(akk[2 * np], ak, b0);
+          mma_bf16(akk[2 * np + 1], ak, b1);
+          mma_bf16(aqk[2 * np], aq, b0);
+          mma_bf16(aqk[2 * np + 1], aq, b1);
+        }
+      }
+    }
+    std::uint32_t* Ph = p.ws.ph + base * C * C / 2;
+    std::uint32_t* Pl = p.ws.pl + base * C * C / 2;
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + acc_row(e), j = acc_col(nt, e);
+        // The gate exponent is masked before the exp (G_i - G_j > 0 above the diagonal).
+        const float gi = sG[i], ri = sB[i] * sRk[i], rq = p.scale * sRq[i];
+        const float c0 = i >= j ? expf(gi - sG[j]) * sRk[j] : 0.f;
+        const float c1 = i >= j + 1 ? expf(gi - sG[j + 1]) * sRk[j + 1] : 0.f;
+        sA[i * LA + j] = i > j ? ri * akk[nt][e] * c0 : 0.f;
+        sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
+        const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
+        const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
+        split_pair(x0, x1, Ph[(i * C + j) / 2], Pl[(i * C + j) / 2]);
+      }
+  }
+  __syncthreads();  // sA complete; sE, sD, sS ready
+  if (tid < C) {
+    // Column c of X = (I + A)^-1 by forward substitution (as v2): X[i][c] = d_ic -
+    // sum_j<i A[i][j] X[j][c], the column in registers, A rows read as float4 broadcasts.
+    const int c = tid;
+    float x[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+      for (int j = 0; j + 3 < i; j += 4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(&sA[i * LA + j]);
+        s0 += a4.x * x[j];
+        s1 += a4.y * x[j + 1];
+        s2 += a4.z * x[j + 2];
+        s3 += a4.w * x[j + 3];
+      }
+#pragma unroll
+      for (int j = i & ~3; j < i; ++j) s0 += sA[i * LA + j] * x[j];
+      const float xi = (i == c ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+      x[i] = i < c ? 0.f : xi;
+      sX[i * LA + c] = x[i];
+    }
+  } else {
+    // Warps 2 and 3 meanwhile write Qs = scale diag(E rq) Q and Kd^T = (diag(D) K)^T, split.
+    const int t2 = tid - C;
+    std::uint32_t* Qh = p.ws.qh + base * C * K / 2;
+    std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
+    for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {
+      const int r = (2 * i) / K, c = (2 * i) % K;
+      const float f = p.scale * sE[r] * sRq[r];
+      const __nv_bfloat162 qq = *reinterpret_cast<const __nv_bfloat162*>(sQ + r * LB + c);
+      split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
+    }
+    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;
+    std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
+    for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {
+      const int d = (2 * i) / C, r = (2 * i) % C;
+      split_pair(sD[r] * __bfloat162float(sK[r * LB + d]),
+                 sD[r + 1] * __bfloat162float(sK[(r + 1) * LB + d]), Kh[i], Kl[i]);
+    }
+    if (t2 == 0) p.ws.gc[base] = sG[C - 1];
+  }
+  __syncthreads();  // X complete
+  // A fragments of Y = X diag(beta E rk) (for W) and Xb = X diag(beta) (for U), rows m0..m0+15,
+  // split hi + lo, kept in registers across all n-tiles.
+  auto x_frag = [&](std::uint32_t (&hi)[C / 16][4], std::uint32_t (&lo)[C / 16][4],
+                    const float* colscale) {
+#pragma unroll
+    for (int ks = 0; ks < C / 16; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = m0 + gid + 8 * (r & 1), col = ks * 16 + 2 * tig + 8 * (r >> 1);
+        const float a0 = sX[row * LA + col] * colscale[col];
+        const float a1 = sX[row * LA + col + 1] * colscale[col + 1];
+        split_pair(a0, a1, hi[ks][r], lo[ks][r]);
+      }
+  };
+  // W = Y K and U = Xb V: B fragments of the exact bf16 row-major tiles K[j][d], V[j][d] (k index
+  // = token j) by ldmatrix .trans, x4 matrices (j 0-7, n 0-7), (j 8-15, n 0-7), (j 0-7, n 8-15),
+  // (j 8-15, n 8-15): b0 b1 of n-tile 2 np, then of 2 np + 1.
+  {
+    std::uint32_t yh[C / 16][4], yl[C / 16][4];
+    x_frag(yh, yl, sS);
+    float acc[K / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < C / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < K / 16; ++np) {
+        std::uint32_t b[4];
+        const int br = ks * 16 + (lane & 15), bc = np * 16 + (lane >> 4) * 8;
+        ldsm_x4_t(b, sK + br * LB + bc);
+        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        mma_bf16(acc[2 * np], yl[ks], b0);
+        mma_bf16(acc[2 * np], yh[ks], b0);
+        mma_bf16(acc[2 * np + 1], yl[ks], b1);
+        mma_bf16(acc[2 * np + 1], yh[ks], b1);
+      }
+    std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
+    std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int at = ((m0 + acc_row(e)) * K + acc_col(nt, e)) / 2;
+        split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
+      }
+  }
+  {
+    std::uint32_t xh[C / 16][4], xl[C / 16][4];
+    x_frag(xh, xl, sB);
+    float acc[V / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < C / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < V / 16; ++np) {
+        std::uint32_t b[4];
+        const int br = ks * 16 + (lane & 15), bc = np * 16 + (lane >> 4) * 8;
+        ldsm_x4_t(b, sV + br * LBV + bc);
+        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        mma_bf16(acc[2 * np], xl[ks], b0);
+        mma_bf16(acc[2 * np], xh[ks], b0);
+        mma_bf16(acc[2 * np + 1], xl[ks], b1);
+        mma_bf16(acc[2 * np + 1], xh[ks], b1);
+      }
+    float* U = p.ws.u + base * C * V;
+#pragma unroll
+    for (int nt = 0; nt < V / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2)
+        *reinterpret_cast<float2*>(&U[(m0 + acc_row(e)) * V + acc_col(nt, e)]) =
+            make_float2(acc[nt][e], acc[nt][e + 1]);
+  }
+}
+
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
+
+// The v5 chunk kernel reads q, k, v as bf16 in 16-byte pieces: bf16 io with 16-byte aligned
+// rows. GDN_WYTC_CHUNK=v2 forces the v2 kernel (A/B measurements in one build).
+bool use_v5_chunk(const Problem& pr, const PrefillArgs& a) {
+  (void)pr;
+  static const bool force_v2 = [] {
+    const char* e = std::getenv("GDN_WYTC_CHUNK");
+    return e && std::string(e) == "v2";
+  }();
+  if (force_v2) return false;
+  if (a.q.dtype != DType::bf16 || a.k.dtype != DType::bf16 || a.v.dtype != DType::bf16)
+    return false;
+  auto aligned = [](const TensorView& t) {
+    return reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0 && (t.stride[0] * 2) % 16 == 0 &&
+           (t.stride[1] * 2) % 16 == 0;
+  };
+  return aligned(a.q) && aligned(a.k) && aligned(a.v);
+}
 
 template <int K, int V>
 Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
@@ -647,6 +954,24 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     cp.ws = ws;
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     const dim3 grid(static_cast<unsigned>(NC), static_cast<unsigned>(pr.HV));
+    if (use_v5_chunk(pr, a)) {
+      auto go = [&](auto kern) -> Status {
+        constexpr std::size_t smem = ChunkSmemV5<K, V>::bytes;
+        GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+        kern<<<grid, Cfg::kThreads, smem, st>>>(cp);
+        GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v5");
+        return Status::Ok();
+      };
+      Status ls;
+      if (a.beta.dtype == DType::bf16)
+        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v5<__nv_bfloat16, K, V, true>)
+                          : go(wy_tc_chunk_kernel_v5<__nv_bfloat16, K, V, false>);
+      else
+        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v5<float, K, V, true>)
+                          : go(wy_tc_chunk_kernel_v5<float, K, V, false>);
+      if (!ls.ok()) return ls;
+    } else {
     Status ls = cuda::dispatch_dtype(a.q.dtype, [&](auto tin) -> Status {
       using TIn = decltype(tin);
       auto go = [&](auto kern) -> Status {
@@ -666,6 +991,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
                    : go(wy_tc_chunk_kernel<TIn, float, K, V, false>);
     });
     if (!ls.ok()) return ls;
+    }
   }
 
   StateParams sp{};
