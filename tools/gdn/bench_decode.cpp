@@ -136,8 +136,12 @@ int bench_decode(const DecodeBenchOptions& opt) {
   }
   const bool is_verify = opt.verify_tokens > 0;
   const int T = is_verify ? opt.verify_tokens : 1;
-  std::printf("# gdn bench --decode  device=%s  cuda=%s  commit=%s  preset=%s\n", dev.name.c_str(),
-              dev.cuda_runtime.c_str(), commit_id(), opt.preset.c_str());
+  // Kernel variant (src/cuda/decode/decode_variants.hpp); unset = the library's default.
+  const char* variant_env = std::getenv("GDN_DECODE_VARIANT");
+  const std::string variant = variant_env && *variant_env ? variant_env : "default";
+  std::printf("# gdn bench --decode  device=%s  cuda=%s  commit=%s  preset=%s  variant=%s\n",
+              dev.name.c_str(), dev.cuda_runtime.c_str(), commit_id(), opt.preset.c_str(),
+              variant.c_str());
 
   decode_ref::FixtureSpec s;
   s.N = opt.seqs, s.S = opt.seqs, s.T = T, s.verify = is_verify;
@@ -220,6 +224,7 @@ int bench_decode(const DecodeBenchOptions& opt) {
                         {"cuda", dev.cuda_runtime},
                         {"impl", "gdn"},
                         {"arm", "decode"},
+                        {"variant", variant},
                         {"op", is_verify ? "verify" : "decode"},
                         {"preset", opt.preset},
                         {"tokens", std::int64_t(s.N) * T},

@@ -1,4 +1,5 @@
-// Decode / speculative-verify kernel: persistent blocks, each working through a strided list of
+// Decode / speculative-verify kernel, variant v2 (the default; the others and GDN_DECODE_VARIANT:
+// decode_variants.hpp): persistent blocks, each working through a strided list of
 // (sequence, value head, V slice) items; an item's state slice is streamed into shared memory
 // with cp.async kStages - 1 items ahead (so loads stay in flight while earlier items compute),
 // held in registers across the T <= 16 tokens, and written once (or at the accepted token) with
@@ -31,10 +32,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/common/common.cuh"
 #include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/decode_variants.hpp"
 #include "gdn/decode.hpp"
 
 namespace gdn::detail {
@@ -386,12 +389,37 @@ bool cuda_decode_supports(const DecodeLaunch& L, std::string* why) {
   return true;
 }
 
-Status cuda_decode(const DecodeLaunch& L) {
-  if (L.N == 0) return Status::Ok();
+Status cuda_decode_v2(const DecodeLaunch& L) {
   switch (L.io) {
     case DType::bf16: return launch_ts<__nv_bfloat16>(L);
     case DType::f16: return launch_ts<__half>(L);
     default: return launch_ts<float>(L);
+  }
+}
+
+DecodeVariant decode_variant() {
+  const char* e = std::getenv("GDN_DECODE_VARIANT");
+  if (!e) return DecodeVariant::v2;
+  const std::string s(e);
+  if (s == "v1") return DecodeVariant::v1;
+  if (s == "v3") return DecodeVariant::v3;
+  if (s == "v3w") return DecodeVariant::v3w;
+  if (s == "v3s") return DecodeVariant::v3s;
+  if (s == "v4") return DecodeVariant::v4;
+  if (s == "v4w") return DecodeVariant::v4w;
+  return DecodeVariant::v2;
+}
+
+Status cuda_decode(const DecodeLaunch& L) {
+  if (L.N == 0) return Status::Ok();
+  switch (decode_variant()) {
+    case DecodeVariant::v1: return cuda_decode_v1(L);
+    case DecodeVariant::v3: return cuda_decode_v3(L, 0);
+    case DecodeVariant::v3w: return cuda_decode_v3(L, 1);
+    case DecodeVariant::v3s: return cuda_decode_v3(L, 2);
+    case DecodeVariant::v4: return cuda_decode_v4(L, false);
+    case DecodeVariant::v4w: return cuda_decode_v4(L, true);
+    default: return cuda_decode_v2(L);
   }
 }
 
