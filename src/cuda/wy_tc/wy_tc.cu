@@ -411,10 +411,29 @@ template <int ROWS, int WORDS, typename T>
 __device__ __forceinline__ void copy_tile(T* dst, int ld, const T* src, int src_ld = WORDS) {
   static_assert(sizeof(T) == 4 && WORDS % 4 == 0, "16-byte pieces of 32-bit words");
   constexpr int kVec = WORDS / 4;  // 16-byte pieces per row
-  for (int i = threadIdx.x; i < ROWS * kVec; i += SCfg::kThreads) {
-    const int r = i / kVec, c = (i % kVec) * 4;
-    cp_async16(dst + r * ld + c, src + static_cast<std::int64_t>(r) * src_ld + c);
-  }
+  static_assert((ROWS * kVec) % SCfg::kThreads == 0 && SCfg::kThreads % kVec == 0,
+                "whole rounds of pieces, a fixed column per thread");
+  constexpr int kRounds = ROWS * kVec / SCfg::kThreads, kRowStep = SCfg::kThreads / kVec;
+  const int r0 = threadIdx.x / kVec, c = (threadIdx.x % kVec) * 4;
+  T* d = dst + r0 * ld + c;
+  const T* s = src + static_cast<std::int64_t>(r0) * src_ld + c;
+#pragma unroll
+  for (int it = 0; it < kRounds; ++it)
+    cp_async16(d + it * kRowStep * ld, s + static_cast<std::int64_t>(it) * kRowStep * src_ld);
+}
+
+// B fragments of one n-tile from a hi and a lo tile at once (ldmatrix x4): matrices
+// (hi, k0..k0+7), (hi, k0+8..), (lo, k0..), (lo, k0+8..), rows n0..n0+7; same values as load_b.
+__device__ __forceinline__ void load_b_hl(std::uint32_t (&bh)[2], std::uint32_t (&bl)[2],
+                                          const std::uint32_t* th, const std::uint32_t* tl, int ld,
+                                          int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  const std::uint32_t* t = (lane & 16) ? tl : th;
+  const std::uint32_t* row = t + (n0 + (lane & 7)) * ld + k0 / 2 + ((lane >> 3) & 1) * 4;
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(bh[0]), "=r"(bh[1]), "=r"(bl[0]), "=r"(bl[1])
+               : "r"(a));
 }
 
 // B fragment (b0, b1) of an m16n8k16 mma from a tile stored [n][k] as bf16 pairs, ld words/row.
@@ -522,11 +541,9 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
 #pragma unroll
       for (int nt = 0; nt < C / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b(bh, sWh, LKw, nt * 8, ks * 16);
-        load_b(bl, sWl, LKw, nt * 8, ks * 16);
+        load_b_hl(bh, bl, sWh, sWl, LKw, nt * 8, ks * 16);
         mma_split(ws[nt], ah, al, bh, bl);
-        load_b(bh, sQh, LKw, nt * 8, ks * 16);
-        load_b(bl, sQl, LKw, nt * 8, ks * 16);
+        load_b_hl(bh, bl, sQh, sQl, LKw, nt * 8, ks * 16);
         mma_split(ot[nt], ah, al, bh, bl);
       }
     }
@@ -553,15 +570,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
 #pragma unroll
       for (int nt = 0; nt < C / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b(bh, sPh, LCw, nt * 8, kc * 16);
-        load_b(bl, sPl, LCw, nt * 8, kc * 16);
+        load_b_hl(bh, bl, sPh, sPl, LCw, nt * 8, kc * 16);
         mma_split(ot[nt], ah, al, bh, bl);
       }
 #pragma unroll
       for (int nt = 0; nt < K / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b(bh, sKh, LCw, nt * 8, kc * 16);
-        load_b(bl, sKl, LCw, nt * 8, kc * 16);
+        load_b_hl(bh, bl, sKh, sKl, LCw, nt * 8, kc * 16);
         mma_split(st[nt], ah, al, bh, bl);
       }
     }
