@@ -24,6 +24,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 import traceback
 
 import torch
@@ -77,6 +78,25 @@ def make_case(HK, HV, seqs, T_each, K=128, V=128, seed=0):
     h0 = 0.1 * torch.randn(seqs, HV, K, V, device=dev, generator=g)
     cu_cpu = torch.arange(0, T + 1, T_each, dtype=torch.long)
     return dict(q=q, k=k, v=v, g=gate, beta=beta, h0=h0, cu=cu_cpu.to(dev), cu_cpu=cu_cpu)
+
+
+H200_BYTES_PER_S, H200_FLOPS_PER_S = 4.27e12, 790e12  # measured ceilings (DESIGN.md §6)
+
+
+def floor_ms(HK, HV, seqs, T_each, K=128, V=128, C=64):
+    """The cost model of `gdn cost` (tools/gdn/cost.cpp): bytes of q, k, v, o (bf16), g, beta,
+    h0, hT (fp32) at the copy ceiling, or the chunked form's FLOPs at the bf16 matmul ceiling,
+    whichever is longer."""
+    T = seqs * T_each
+    nbytes = T * (2 * HK * K * 2 + HV * V * 2 * 2 + HV * 4 * 2) + (seqs + 1) * 4 \
+        + 2 * seqs * HV * K * V * 4
+    flops = 0.0
+    for t0 in range(0, T_each, C):
+        n = min(C, T_each - t0)
+        flops += HK * 4 * n * n * K + HV * (n ** 3 / 3 + 2 * n * n * K + 4 * n * n * V
+                                             + 6 * n * K * V)
+    flops *= seqs
+    return 1e3 * max(nbytes / H200_BYTES_PER_S, flops / H200_FLOPS_PER_S)
 
 
 def reference_subset(x, heads, HK, HV):
@@ -214,6 +234,7 @@ def main():
         cases.append((int(n), int(t)))
 
     records = []
+    first_seen = set()  # implementations whose first call in this process has been timed
     out = open(args.json, "w")
 
     def emit(rec):
@@ -238,14 +259,22 @@ def main():
             x = make_case(HK, HV, seqs, T_each)
             heads = [0, HV - 1]
             ref = reference_subset(x, heads, HK, HV) if tokens <= args.err_max_tokens else None
+            fl = floor_ms(HK, HV, seqs, T_each)
+            case_recs = []
             for impl, arm, fn in impls:
                 base = dict(impl=impl, arm=arm, op="prefill", preset=preset, tokens=tokens,
                             seqs=seqs)
                 if arm.startswith("fused_recurrent") and tokens > args.max_rec_tokens:
                     continue
                 try:
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
                     o, hT = fn(x)
                     torch.cuda.synchronize()
+                    first_ms = None
+                    if (impl, arm) not in first_seen:  # JIT compilation, autotuning, loading
+                        first_ms = 1e3 * (time.perf_counter() - t0)
+                        first_seen.add((impl, arm))
                     ran = arm
                     if impl == "gdn":
                         import gdn_torch
@@ -257,21 +286,36 @@ def main():
                     del o, hT
                     ms = bench_ms(lambda: fn(x), args.rep_ms)
                     rec = dict(base, arm=ran, ms=ms, o_err=o_err, state_err=s_err,
-                               tokens_per_s=tokens / (ms * 1e-3))
+                               tokens_per_s=tokens / (ms * 1e-3), floor_ms=fl,
+                               floor_fraction=fl / ms, first_call_ms=first_ms)
                     if ran != arm:
                         rec["requested_arm"] = arm
-                    emit(rec)
+                    case_recs.append(rec)
                     fmt = lambda e: "-" if e is None else f"{e:.2e}"  # noqa: E731
                     print(f"{preset:15s} {seqs:>3d} x {T_each:<6d} {impl:10s} {ran:24s} "
                           f"{ms:9.3f} {tokens / ms / 1e3:9.1f} {fmt(o_err):>9s} "
                           f"{fmt(s_err):>9s}", flush=True)
                 except Exception as e:  # noqa: BLE001 - a failing implementation is recorded
                     msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    emit(dict(base, ms=None, o_err=None, state_err=None, error=msg))
+                    case_recs.append(dict(base, ms=None, o_err=None, state_err=None, error=msg))
                     print(f"{preset:15s} {seqs:>3d} x {T_each:<6d} {impl:10s} {arm:24s} "
                           f"FAILED: {msg}", flush=True)
                     if os.environ.get("GDN_COMPARE_TRACEBACK"):
                         traceback.print_exc()
+            # Side by side: every line carries fla chunk's time over its own (> 1: faster than fla).
+            fla_ms = [r["ms"] for r in case_recs
+                      if r["impl"] == "fla" and r["arm"].startswith("chunk") and r.get("ms")]
+            for r in case_recs:
+                r["speedup_vs_fla_chunk"] = fla_ms[0] / r["ms"] if fla_ms and r.get("ms") else None
+                emit(r)
+            gdn = [r for r in case_recs if r["impl"] == "gdn" and r.get("ms")]
+            if gdn:
+                best = min(gdn, key=lambda r: r["ms"])
+                vs = (f"{fla_ms[0] / best['ms']:.2f}x fla chunk ({fla_ms[0]:.3f} ms)" if fla_ms
+                      else "fla not run")
+                print(f"{preset:15s} {seqs:>3d} x {T_each:<6d} best gdn {best['arm']} "
+                      f"{best['ms']:.3f} ms = {vs}; floor {fl:.3f} ms, gdn at "
+                      f"{100 * fl / best['ms']:.1f}% of floor speed", flush=True)
             del x, ref
             torch.cuda.empty_cache()
     out.close()
