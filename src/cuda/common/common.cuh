@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/internal.hpp"
+#include "cuda/common/chunk_table.cuh"
 #include "gdn/gdn.hpp"
 
 namespace gdn::cuda {
@@ -64,8 +65,9 @@ class Scratch {
   void* ptr_ = nullptr;
 };
 
-// cu_seqlens on the device: the caller's device copy if given, else uploaded into `scratch`
-// at `byte_offset` (needs (N+1) * 4 bytes there).
+// cu_seqlens on the device: the caller's device copy if given, else copied into `scratch` at
+// `byte_offset` (needs (N+1) * 4 bytes there) by value, in kernel parameters (chunk_table.cuh):
+// no pageable cudaMemcpyAsync, so the call stays legal under CUDA stream capture.
 inline Status device_cu_seqlens(const PrefillArgs& a, const detail::Seqs& s, const Scratch& scratch,
                                 std::size_t byte_offset, const std::int32_t** out) {
   if (a.cu_seqlens_device) {
@@ -73,8 +75,8 @@ inline Status device_cu_seqlens(const PrefillArgs& a, const detail::Seqs& s, con
     return Status::Ok();
   }
   std::int32_t* d = scratch.as<std::int32_t>(byte_offset);
-  GDN_CUDA_TRY(cudaMemcpyAsync(d, s.cu, sizeof(std::int32_t) * (s.N + 1), cudaMemcpyHostToDevice,
-                               stream_of(a)));
+  Status st = copy_i32_by_value(s.cu, s.N + 1, d, stream_of(a));
+  if (!st.ok()) return st;
   *out = d;
   return Status::Ok();
 }

@@ -25,6 +25,7 @@ namespace gdn::layer {
 
 using bf16 = __nv_bfloat16;
 using bf162 = __nv_bfloat162;
+using cuda::copy_i32_by_value;
 using cuda::from_cuda;
 
 namespace {
@@ -441,9 +442,10 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   if (!x || !y) return Status::Invalid("layer prefill: null x or y");
   auto s = static_cast<cudaStream_t>(stream);
   const int P = c.proj_dim(), CD = c.conv_dim(), VD = c.value_dim(), KW = c.conv_kernel;
-  GDN_CUDA_TRY(cudaMemcpyAsync(ws.cu, cu_seqlens, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
-  GDN_CUDA_TRY(cudaMemcpyAsync(ws.slots, slots, N * sizeof(int), cudaMemcpyHostToDevice, s));
-  GDN_CUDA_TRY(cudaStreamSynchronize(s));  // the host arrays may be temporaries
+  // Offsets and slots travel by value in kernel parameters (cuda/common/chunk_table.cuh): no
+  // pageable copy and no sync, so the host arrays may be temporaries and the call is capturable.
+  if (!(st = copy_i32_by_value(cu_seqlens, N + 1, ws.cu, s)).ok()) return st;
+  if (!(st = copy_i32_by_value(slots, N, ws.slots, s)).ok()) return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[0], s));
   if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
 
@@ -544,8 +546,7 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   if (c.K > 1024 || c.V > 1024) return Status::Unsupported("layer decode: head dims above 1024");
   auto s = static_cast<cudaStream_t>(stream);
   const int P = c.proj_dim(), CD = c.conv_dim(), KW = c.conv_kernel;
-  GDN_CUDA_TRY(cudaMemcpyAsync(ws.slots, slots, N * sizeof(int), cudaMemcpyHostToDevice, s));
-  GDN_CUDA_TRY(cudaStreamSynchronize(s));
+  if (!(st = copy_i32_by_value(slots, N, ws.slots, s)).ok()) return st;  // by value, no sync
   if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
   if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, N, P, c.hidden)).ok())
     return st;

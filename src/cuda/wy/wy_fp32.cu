@@ -91,9 +91,13 @@ struct StateCfg {
   static_assert(C % (RB * (NT / 32)) == 0, "load_rows: whole batches");
 };
 
-// Chunk descriptor: first token and valid length (1..64).
-struct ChunkDesc {
-  std::int32_t t0, len;
+// Chunk table (cuda/common/chunk_table.cuh), built on the device: tok0[ci], len[ci] (1..64) and
+// first[n], the first chunk of sequence n (first[N] = the chunk count).
+struct ChunkTab {
+  const std::int32_t* __restrict__ tok0;
+  const std::int32_t* __restrict__ len;
+  const std::int32_t* __restrict__ first;
+  int N;
 };
 
 // Loads rows [0, C) of a [T, H, D] tensor (rows >= len are zero) into smem tile[C][ld] as fp32,
@@ -149,7 +153,7 @@ struct Ws {
 
 template <typename E, typename B, int K, int V>
 __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
-    wy_chunk_kernel(const ChunkDesc* __restrict__ chunks,  // [NC]
+    wy_chunk_kernel(const ChunkTab tab,  // grid.x may exceed the chunk count (early exit)
                     const E* __restrict__ q, std::int64_t qs0, std::int64_t qs1,  // [T, HK, K]
                     const E* __restrict__ k, std::int64_t ks0, std::int64_t ks1,  // [T, HK, K]
                     const E* __restrict__ v, std::int64_t vs0, std::int64_t vs1,  // [T, HV, V]
@@ -167,8 +171,9 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
   float* Bs = Gs + C;                           // [C] beta, zero on padded rows
 
   const int ci = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  if (ci >= tab.first[tab.N]) return;  // slack of an upper-bound grid (block-uniform)
   const int kh = grouped ? h / (HV / HK) : h % HK;
-  const ChunkDesc cd = chunks[ci];
+  const struct { int t0, len; } cd = {tab.tok0[ci], tab.len[ci]};
   float* out = ws + (static_cast<std::int64_t>(ci) * HV + h) * Ws<K, V>::size;
 
   if (tid < C) {
@@ -266,8 +271,7 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
 
 template <typename E, typename OT, int K, int V>
 __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
-    wy_state_kernel(const ChunkDesc* __restrict__ chunks,      // [NC]
-                    const std::int32_t* __restrict__ seq_chunk0,  // [N+1] first chunk of each seq
+    wy_state_kernel(const ChunkTab tab,
                     const float* __restrict__ ws,              // [NC, HV, Ws::size]
                     const E* __restrict__ q, std::int64_t qs0, std::int64_t qs1,  // [T, HK, K]
                     const E* __restrict__ k, std::int64_t ks0, std::int64_t ks1,  // [T, HK, K]
@@ -305,9 +309,9 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
       Ss[d * LDS + col + c] = st[r][c];
     }
 
-  const int c_begin = seq_chunk0[n], c_end = seq_chunk0[n + 1];
+  const int c_begin = tab.first[n], c_end = tab.first[n + 1];
   for (int ci = c_begin; ci < c_end; ++ci) {
-    const ChunkDesc cd = chunks[ci];
+    const struct { int t0, len; } cd = {tab.tok0[ci], tab.len[ci]};
     const float* w = ws + (static_cast<std::int64_t>(ci) * HV + h) * Ws<K, V>::size;
     // Load G, W and P.
     if (tid < C) {  // exponents are <= 0: G_i <= 0 and G_C <= G_i
@@ -477,31 +481,24 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   using CC = ChunkCfg<K, V>;
   using SC = StateCfg<K, V>;
   cudaStream_t stream = stream_of(a);
-  // Chunk table: sequences never share a chunk; the last chunk of a sequence may be partial.
-  std::vector<ChunkDesc> chunks;
-  std::vector<std::int32_t> seq_chunk0(s.N + 1, 0);
-  for (int n = 0; n < s.N; ++n) {
-    seq_chunk0[n] = static_cast<std::int32_t>(chunks.size());
-    for (std::int64_t t = s.cu[n]; t < s.cu[n + 1]; t += kC)
-      chunks.push_back({static_cast<std::int32_t>(t),
-                        static_cast<std::int32_t>(std::min<std::int64_t>(kC, s.cu[n + 1] - t))});
-  }
-  seq_chunk0[s.N] = static_cast<std::int32_t>(chunks.size());
-  const std::int64_t NC = static_cast<std::int64_t>(chunks.size());
+  // Chunk table built on the device from cu_seqlens (by value or the caller's device copy):
+  // no pageable upload, so the call is legal under stream capture. Sequences never share a
+  // chunk; the last chunk of a sequence may be partial. NC is exact here (host offsets known);
+  // the chunk kernel also tolerates an upper-bound grid.
+  const Offsets off = offsets_of(a, s);
+  const ChunkTablePlan plan = plan_chunk_table(off, kC);
+  const std::int64_t NC = plan.nc;
 
-  const std::size_t tab_bytes = (sizeof(ChunkDesc) * NC + sizeof(std::int32_t) * (s.N + 1) + 255) / 256 * 256;
+  const std::size_t tab_bytes = plan.bytes;
   const std::size_t ws_bytes = sizeof(float) * NC * p.HV * Ws<K, V>::size;
   Scratch scratch(stream);
   Status st = scratch.alloc(tab_bytes + ws_bytes);
   if (!st.ok()) return st;
-  auto* d_chunks = scratch.as<ChunkDesc>(0);
-  auto* d_seq0 = scratch.as<std::int32_t>(sizeof(ChunkDesc) * NC);
+  ChunkTable table;
+  st = build_chunk_table(plan, off, scratch.as<void>(0), stream, &table);
+  if (!st.ok()) return st;
+  const ChunkTab tab{table.tok0, table.len, table.first, s.N};
   float* ws = scratch.as<float>(tab_bytes);
-  if (NC > 0)
-    GDN_CUDA_TRY(cudaMemcpyAsync(d_chunks, chunks.data(), sizeof(ChunkDesc) * NC,
-                                 cudaMemcpyHostToDevice, stream));
-  GDN_CUDA_TRY(cudaMemcpyAsync(d_seq0, seq_chunk0.data(), sizeof(std::int32_t) * (s.N + 1),
-                               cudaMemcpyHostToDevice, stream));
 
   const E* q = static_cast<const E*>(a.q.data);
   const E* k = static_cast<const E*>(a.k.data);
@@ -511,7 +508,7 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
     GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(CC::smem_bytes)));
     kern<<<dim3(static_cast<unsigned>(NC), p.HV), CC::NT, CC::smem_bytes, stream>>>(
-        d_chunks, q, a.q.stride[0], a.q.stride[1], k, a.k.stride[0], a.k.stride[1],
+        tab, q, a.q.stride[0], a.q.stride[1], k, a.k.stride[0], a.k.stride[1],
         static_cast<const E*>(a.v.data), a.v.stride[0], a.v.stride[1],
         static_cast<const float*>(a.g.data), a.g.stride[0], static_cast<const B*>(a.beta.data),
         a.beta.stride[0], p.HV, p.HK, grouped, l2, ws);
@@ -521,7 +518,7 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   GDN_CUDA_TRY(cudaFuncSetAttribute(kern2, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(SC::smem_bytes)));
   kern2<<<dim3(V / SC::VS, p.HV, s.N), SC::NT, SC::smem_bytes, stream>>>(
-      d_chunks, d_seq0, ws, q, a.q.stride[0], a.q.stride[1], k, a.k.stride[0], a.k.stride[1],
+      tab, ws, q, a.q.stride[0], a.q.stride[1], k, a.k.stride[0], a.k.stride[1],
       static_cast<OT*>(a.o.data), a.o.stride[0], a.o.stride[1],
       a.h0.defined() ? static_cast<const float*>(a.h0.data) : nullptr,
       a.hT.defined() ? static_cast<float*>(a.hT.data) : nullptr, p.HV, p.HK, grouped, l2,
