@@ -21,10 +21,12 @@
 #include <tuple>
 #include <vector>
 
+#include "gdn/decode.hpp"
 #include "gdn/gdn.hpp"
 
 #ifdef GDN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -157,6 +159,14 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
                         "gdn: cu_seqlens_cpu must be a CPU tensor shaped like cu_seqlens ",
                         cu.sizes(), ", got ", host.sizes(), " on ", host.device());
     } else {
+#ifdef GDN_WITH_CUDA
+      // Reading device offsets back is a device sync, which stream capture forbids.
+      TORCH_CHECK_VALUE(!cu.is_cuda() || c10::cuda::currentStreamCaptureStatusMayInitCtx() ==
+                                             c10::cuda::CaptureStatus::None,
+                        "gdn: cu_seqlens is a CUDA tensor and no cu_seqlens_cpu was given: reading "
+                        "the offsets back would synchronize, which CUDA graph capture forbids; pass "
+                        "cu_seqlens_cpu (a host copy) as well");
+#endif
       host = cu.to(at::kCPU);  // a device sync when cu_seqlens is on the GPU
     }
     host = host.to(at::kLong).contiguous();
@@ -167,10 +177,10 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
                         " is outside [0, 2^31-1]");
       cu_host[static_cast<size_t>(i)] = static_cast<int32_t>(h[i]);
     }
-    if (on_device) {
-      if (cu.is_cuda()) cu_dev = cu.to(at::kInt);
-      else cu_dev = host.to(at::kInt).to(q.device());
-    }
+    // Device offsets only when the caller's are on the GPU (a cast there is a kernel). Host
+    // offsets are not uploaded here: a copy from a pageable CPU tensor is refused under stream
+    // capture; the library copies them by value in kernel parameters instead.
+    if (on_device && cu.is_cuda()) cu_dev = cu.to(at::kInt).contiguous();
   } else if (B > 1) {
     TORCH_CHECK_VALUE(B * T <= INT32_MAX, "gdn: B*T = ", B * T, " tokens exceed 2^31-1");
     cu_host.resize(static_cast<size_t>(B + 1));
@@ -233,6 +243,100 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
   return {o.view({B, T, HV, V}), hT};
 }
 
+// One decode step (one token per sequence) over a pool of recurrent states, updated in place
+// (include/gdn/decode.hpp). q, k [N, HK, K]; v [N, HV, V]; g, beta [N, HV]; state [S, HV, K, V]
+// ([S, HV, V, K] with state_v_first), f32 or bf16, contiguous, mutated; state_indices [N] (a
+// negative index is a padding row: its state is not touched and its o row is zero). Returns o
+// [N, HV, V] in q's dtype. On CUDA: no host sync and no host-to-device copy (graph-capturable);
+// state_indices must then be a CUDA tensor, and state_indices_cpu (its host copy) enables the
+// range and duplicate checks (without it the kernel skips an out-of-range index, see decode.hpp).
+Tensor decode_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                   const Tensor& beta, const Tensor& state, const Tensor& state_indices,
+                   const std::optional<Tensor>& state_indices_cpu, std::optional<double> scale,
+                   bool use_qk_l2norm, const std::string& head_map, bool state_v_first) {
+  check_rank(q, 3, "q", "[N, H, K]");
+  check_rank(k, 3, "k", "[N, H, K]");
+  check_rank(v, 3, "v", "[N, HV, V]");
+  check_rank(g, 2, "g", "[N, HV]");
+  check_rank(beta, 2, "beta", "[N, HV]");
+  check_rank(state, 4, "state", "[S, HV, K, V]");
+  const int64_t N = q.size(0), HK = q.size(1), K = q.size(2), HV = v.size(1), V = v.size(2);
+  const bool on_device = q.is_cuda();
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}, {"g", &g},
+                         {"beta", &beta}, {"state", &state}, {"state_indices", &state_indices}})
+    TORCH_CHECK_VALUE(t->device() == q.device(), "gdn: ", name, " is on ", t->device(),
+                      " but q is on ", q.device());
+  TORCH_CHECK_VALUE(on_device || q.is_cpu(), "gdn: tensors must be on CPU or CUDA, got ",
+                    q.device());
+  TORCH_CHECK_VALUE(state.scalar_type() == at::kFloat || state.scalar_type() == at::kBFloat16,
+                    "gdn: state must be float32 or bfloat16 (it is updated in place), got ",
+                    state.scalar_type());
+  TORCH_CHECK_VALUE(state.is_contiguous(), "gdn: state must be contiguous (updated in place)");
+  TORCH_CHECK_VALUE(state_indices.dim() == 1 && state_indices.size(0) == N,
+                    "gdn: state_indices must have shape [N] = [", N, "], got ",
+                    state_indices.sizes());
+  TORCH_CHECK_VALUE(
+      state_indices.scalar_type() == at::kInt || state_indices.scalar_type() == at::kLong,
+      "gdn: state_indices must be int32 or int64, got ", state_indices.scalar_type());
+
+  gdn::Problem p = gdn::Problem::make(static_cast<int>(HK), static_cast<int>(HV),
+                                      static_cast<int>(K), static_cast<int>(V));
+  TORCH_CHECK_VALUE(gdn::parse_head_map(head_map, &p.head_map), "gdn: unknown head_map '",
+                    head_map, "' (grouped, tiled)");
+  if (scale.has_value()) p.scale = static_cast<float>(*scale);
+  p.qk_l2norm = use_qk_l2norm;
+  p.state_layout = state_v_first ? gdn::StateLayout::vk : gdn::StateLayout::kv;
+
+#ifdef GDN_WITH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard;
+  if (on_device) guard.emplace(q.device());
+#else
+  TORCH_CHECK(!on_device,
+              "gdn: this gdn_torch build has no CUDA arms (built without nvcc or with "
+              "GDN_FORCE_CPU=1); pass CPU tensors or rebuild");
+#endif
+
+  const auto inner = [](const Tensor& t) {  // unit innermost stride, as the library wants
+    return t.size(-1) > 1 && t.stride(-1) != 1 ? t.contiguous() : t;
+  };
+  const Tensor q_c = inner(q), k_c = inner(k), v_c = inner(v);
+  const Tensor g_f = inner(g.scalar_type() == at::kFloat ? g : g.to(at::kFloat));
+  const Tensor b_f = inner(beta.scalar_type() == at::kFloat || beta.scalar_type() == at::kBFloat16
+                               ? beta
+                               : beta.to(at::kFloat));
+  const Tensor idx = state_indices.to(at::kInt).contiguous();  // a kernel on CUDA, no sync
+  Tensor idx_host;
+  if (state_indices_cpu.has_value()) {
+    TORCH_CHECK_VALUE(state_indices_cpu->is_cpu() && state_indices_cpu->dim() == 1 &&
+                          state_indices_cpu->size(0) == N,
+                      "gdn: state_indices_cpu must be a CPU tensor of shape [N] = [", N,
+                      "], got ", state_indices_cpu->sizes(), " on ", state_indices_cpu->device());
+    if (on_device) idx_host = state_indices_cpu->to(at::kInt).contiguous();
+  }
+  // Padding rows are skipped by the kernel (o untouched): zero them so the op returns no
+  // uninitialized memory (one memset, capture-legal).
+  Tensor o = at::zeros({N, HV, V}, q.options());
+
+  gdn::DecodeArgs d;
+  d.q = view_of(q_c, "q");
+  d.k = view_of(k_c, "k");
+  d.v = view_of(v_c, "v");
+  d.g = view_of(g_f, "g");
+  d.beta = view_of(b_f, "beta");
+  d.o = view_of(o, "o");
+  d.state = view_of(state, "state");
+  d.state_indices = N > 0 ? idx.data_ptr<int32_t>() : nullptr;
+  if (idx_host.defined() && N > 0) d.state_indices_host = idx_host.data_ptr<int32_t>();
+  d.on_device = on_device;
+#ifdef GDN_WITH_CUDA
+  if (on_device) d.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
+#endif
+  if (N == 0) return o;
+  const gdn::Status st = gdn::decode(p, d);
+  if (!st.ok()) throw_status(st);
+  return o;
+}
+
 pybind11::dict device_info() {
   const gdn::DeviceInfo d = gdn::device_info();
   pybind11::dict r;
@@ -262,10 +366,21 @@ TORCH_LIBRARY(gdn, m) {
       "chunk_gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, float? scale, "
       "Tensor? initial_state, bool output_final_state, Tensor? cu_seqlens, Tensor? cu_seqlens_cpu, "
       "bool use_qk_l2norm, str head_map, bool state_v_first, str arm) -> (Tensor, Tensor)");
+  // state is mutated in place (declared with (a!) so functionalization and CUDA graphs see it).
+  m.def(
+      "decode_step(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state, "
+      "Tensor state_indices, Tensor? state_indices_cpu, float? scale, bool use_qk_l2norm, "
+      "str head_map, bool state_v_first) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(gdn, CPU, m) { m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule); }
+TORCH_LIBRARY_IMPL(gdn, CPU, m) {
+  m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule);
+  m.impl("decode_step", &decode_step);
+}
 #ifdef GDN_WITH_CUDA
-TORCH_LIBRARY_IMPL(gdn, CUDA, m) { m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule); }
+TORCH_LIBRARY_IMPL(gdn, CUDA, m) {
+  m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule);
+  m.impl("decode_step", &decode_step);
+}
 #endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

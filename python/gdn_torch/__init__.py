@@ -1,4 +1,4 @@
-"""gdn_torch: the gated delta rule (Gated DeltaNet) prefill of libgdn for PyTorch.
+"""gdn_torch: the gated delta rule (Gated DeltaNet) prefill and decode step of libgdn for PyTorch.
 
 A drop-in for ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (flash-linear-attention 0.6):
 same shapes ([B, T, H, K] q/k, [B, T, HV, V] v, [B, T, HV] g/beta), same defaults
@@ -6,6 +6,8 @@ same shapes ([B, T, H, K] q/k, [B, T, HV, V] v, [B, T, HV] g/beta), same default
 Forward only (no autograd).
 """
 from . import _C  # noqa: F401  (loads libgdn and registers the torch.ops.gdn ops)
-from ._ops import arm_available, chunk_gated_delta_rule, device_info, last_arm, version
+from ._ops import (arm_available, chunk_gated_delta_rule, decode_step, device_info, last_arm,
+                   version)
 
-__all__ = ["chunk_gated_delta_rule", "arm_available", "device_info", "last_arm", "version"]
+__all__ = ["chunk_gated_delta_rule", "decode_step", "arm_available", "device_info", "last_arm",
+           "version"]

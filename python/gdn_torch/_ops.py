@@ -11,6 +11,10 @@ from . import _C
 _ARMS = ("auto", "cpu", "serial", "wy-fp32", "wy-tc", "wy_fp32", "wy_tc")
 _HEAD_MAPS = ("grouped", "tiled")
 _IO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# Read once at import: the wrappers below are traced by torch.compile (Dynamo), which cannot call
+# into a pybind11 function such as _C.cuda_built(); a call there is a graph break, i.e. an error
+# under fullgraph=True (on CUDA inputs only, where the `q.is_cuda and ...` test reaches it).
+_CUDA_BUILT = bool(_C.cuda_built())
 
 
 @torch.library.register_fake("gdn::chunk_gated_delta_rule")
@@ -27,6 +31,12 @@ def _chunk_gated_delta_rule_fake(q, k, v, g, beta, scale, initial_state, output_
     else:
         hT = q.new_empty((0,), dtype=torch.float32)
     return o, hT
+
+
+@torch.library.register_fake("gdn::decode_step")
+def _decode_step_fake(q, k, v, g, beta, state, state_indices, state_indices_cpu, scale,
+                      use_qk_l2norm, head_map, state_v_first):
+    return q.new_empty((q.shape[0], v.shape[1], v.shape[2]))
 
 
 def _shape_error(name: str, want: str, t: torch.Tensor) -> ValueError:
@@ -68,8 +78,10 @@ def chunk_gated_delta_rule(
 
     Keyword-only (fla 0.5 and 0.6 order these differently; by keyword both calls work):
         cu_seqlens: ``[N+1]`` int32/int64 offsets of packed sequences (B must be 1); zero-length
-            sequences are allowed. On the GPU it is copied to the host (one device sync) unless
-            ``cu_seqlens_cpu`` (a CPU copy, as fla 0.6 takes it) is given as well.
+            sequences are allowed. A CUDA tensor is copied to the host (one device sync, which
+            CUDA-graph capture forbids: a ValueError there) unless ``cu_seqlens_cpu`` (a CPU
+            copy, as fla 0.6 takes it) is given as well. A CPU tensor needs no sync and no
+            host-to-device copy on CUDA inputs (the library passes it by value to the GPU).
         use_qk_l2norm_in_kernel: normalize q and k per head as ``x * rsqrt(sum(x^2) + 1e-6)``.
         head_map: value head h reads key head ``h // (HV // H)`` ("grouped": fla, HF) or
             ``h % H`` ("tiled").
@@ -109,7 +121,7 @@ def chunk_gated_delta_rule(
     for name, t in (("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state)):
         if t is not None and t.device != q.device:
             raise ValueError(f"gdn: {name} is on {t.device} but q is on {q.device}")
-    if q.is_cuda and not _C.cuda_built():
+    if q.is_cuda and not _CUDA_BUILT:
         raise RuntimeError("gdn: this gdn_torch build has no CUDA arms (no nvcc at build time, or "
                            "GDN_FORCE_CPU=1); rebuild with nvcc on PATH or pass CPU tensors")
     if head_map not in _HEAD_MAPS:
@@ -141,6 +153,121 @@ def chunk_gated_delta_rule(
         q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens,
         cu_seqlens_cpu, bool(use_qk_l2norm_in_kernel), head_map, bool(state_v_first), arm)
     return o, (hT if output_final_state else None)
+
+
+def decode_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    *,
+    scale: Optional[float] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    head_map: str = "grouped",
+    state_v_first: bool = False,
+    state_indices_cpu: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    r"""One decode step (one token per sequence) over a pool of recurrent states, in place.
+
+    For each sequence n with slot s = state_indices[n] >= 0 and value head h (the recurrence of
+    ``chunk_gated_delta_rule`` with T = 1 and initial state ``state[s]``)::
+
+        S = exp(g) state[s, h];  u = beta (v - S^T k);  S += k u^T;  o = scale S^T q;
+        state[s, h] = S
+
+    Args:
+        q, k: ``[N, H, K]`` or ``[N, 1, H, K]``, bf16 | fp16 | fp32 (one dtype for q, k, v).
+        v: ``[N, HV, V]`` or ``[N, 1, HV, V]``.
+        g: ``[N, HV]`` (or ``[N, 1, HV]``) log-decay <= 0, any float dtype (read as fp32).
+        beta: ``[N, HV]`` (or ``[N, 1, HV]``) in [0, 1], fp32 or bf16 (others read as fp32).
+        state: the state pool ``[S, HV, K, V]`` (``[S, HV, V, K]`` with ``state_v_first``), fp32
+            or bf16, contiguous; **updated in place** for the live slots.
+        state_indices: ``[N]`` int32/int64 slot of each sequence; a negative index is a padding
+            row (its state is not read or written, its o row is zero). On CUDA it must be a CUDA
+            tensor (a host-to-device copy inside the op would break CUDA-graph capture).
+
+    Keyword-only:
+        scale: ``None`` means ``K ** -0.5``.
+        use_qk_l2norm_in_kernel, head_map, state_v_first: as for ``chunk_gated_delta_rule``.
+        state_indices_cpu: on CUDA, a host copy of ``state_indices``: live indices are then
+            checked (in [0, S), distinct) and a bad one raises ValueError before anything is
+            written. Without it the kernel skips a live index >= S (o row zero, state untouched)
+            and duplicates are not detected. CPU calls always check.
+
+    Returns:
+        o, shaped like v (``[N, HV, V]`` or ``[N, 1, HV, V]``), in q's dtype.
+
+    The op (``torch.ops.gdn.decode_step``) declares its mutation of ``state`` in its schema, has a
+    fake kernel (torch.compile traces it) and on CUDA does no host synchronisation and no
+    host-to-device copy (CUDA graphs capture it).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state),
+                    ("state_indices", state_indices)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    four = q.dim() == 4
+    if four:  # fla's [B, T=1, H, K] convention
+        if q.shape[1] != 1 or v.dim() != 4 or v.shape[1] != 1 or k.shape != q.shape:
+            raise ValueError(f"gdn: decode_step takes one token per sequence: q [N, 1, H, K] "
+                             f"and v [N, 1, HV, V], got q {tuple(q.shape)}, v {tuple(v.shape)}")
+        q, k, v = q.squeeze(1), k.squeeze(1), v.squeeze(1)
+        if g.dim() == 3:
+            g = g.squeeze(1)
+        if beta.dim() == 3:
+            beta = beta.squeeze(1)
+    if q.dim() != 3:
+        raise _shape_error("q", "[N, H, K]", q)
+    if k.shape != q.shape:
+        raise ValueError(f"gdn: k must have q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
+    N, H, K = q.shape
+    if v.dim() != 3 or v.shape[0] != N:
+        raise _shape_error("v", f"[{N}, HV, V]", v)
+    HV, V = v.shape[1], v.shape[2]
+    for name, t in (("g", g), ("beta", beta)):
+        if tuple(t.shape) != (N, HV):
+            raise _shape_error(name, f"[N, HV] = [{N}, {HV}]", t)
+    if H == 0 or HV % H != 0:
+        raise ValueError(f"gdn: HV={HV} value heads must be a positive multiple of H={H}")
+    if q.dtype not in _IO_DTYPES:
+        raise ValueError(f"gdn: q dtype {q.dtype} not supported (bfloat16, float16, float32)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"gdn: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, t in (("g", g), ("beta", beta)):
+        if not t.is_floating_point():
+            raise ValueError(f"gdn: {name} must be a floating-point tensor, got {t.dtype}")
+    for name, t in (("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state),
+                    ("state_indices", state_indices)):
+        if t.device != q.device:
+            raise ValueError(f"gdn: {name} is on {t.device} but q is on {q.device}")
+    if q.is_cuda and not _CUDA_BUILT:
+        raise RuntimeError("gdn: this gdn_torch build has no CUDA arms (no nvcc at build time, or "
+                           "GDN_FORCE_CPU=1); rebuild with nvcc on PATH or pass CPU tensors")
+    if state.dim() != 4:
+        raise _shape_error("state", "[S, HV, K, V]", state)
+    want = (HV, V, K) if state_v_first else (HV, K, V)
+    if tuple(state.shape[1:]) != want:
+        raise ValueError(f"gdn: state must have shape [S, {', '.join(map(str, want))}], got "
+                         f"{tuple(state.shape)}")
+    if state.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"gdn: state must be float32 or bfloat16 (updated in place), got "
+                         f"{state.dtype}")
+    if not state.is_contiguous():
+        raise ValueError("gdn: state must be contiguous (it is updated in place)")
+    if state_indices.dim() != 1 or state_indices.shape[0] != N:
+        raise _shape_error("state_indices", f"[N] = [{N}]", state_indices)
+    if state_indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"gdn: state_indices must be int32 or int64, got {state_indices.dtype}")
+    if head_map not in _HEAD_MAPS:
+        raise ValueError(f"gdn: head_map must be one of {_HEAD_MAPS}, got {head_map!r}")
+    if scale is not None:
+        scale = float(scale)
+    o = torch.ops.gdn.decode_step(q, k, v, g, beta, state, state_indices, state_indices_cpu,
+                                  scale, bool(use_qk_l2norm_in_kernel), head_map,
+                                  bool(state_v_first))
+    return o.unsqueeze(1) if four else o
 
 
 def device_info() -> dict:

@@ -208,16 +208,25 @@ def test_torch_compile_fullgraph(device):
     assert torch.equal(o_c, o_e) and torch.equal(hT_c, hT_e)
 
 
+# How the sequences reach the op: B2 (fixed length, offsets built on the device), B1 (one
+# sequence), varlen_cpu_offsets (CUDA cu_seqlens plus its host copy), varlen_host_only (cu_seqlens
+# as a CPU tensor: the library copies it by value in kernel parameters).
+CAPTURE_OFFSETS = ["B2", "B1", "varlen_cpu_offsets", "varlen_host_only"]
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and build")
-@pytest.mark.parametrize("varlen", [False, True], ids=["B2", "varlen_cpu_offsets"])
-def test_cuda_graph_capture(varlen):
-    B = 1 if varlen else 2
+@pytest.mark.parametrize("arm", GPU_ARMS)
+@pytest.mark.parametrize("offsets", CAPTURE_OFFSETS)
+def test_cuda_graph_capture(offsets, arm):
+    varlen = offsets.startswith("varlen")
+    B = 2 if offsets == "B2" else 1
     x = make_inputs(B, 130, 2, 4, 128, 128, dtype=torch.bfloat16, device="cuda", h0=True,
                     N=3 if varlen else None)
-    kw = {}
+    kw = dict(arm=arm)
     if varlen:
         cpu = torch.tensor([0, 40, 40, 130])
-        kw = dict(cu_seqlens=cpu.cuda(), cu_seqlens_cpu=cpu)
+        kw.update(dict(cu_seqlens=cpu.cuda(), cu_seqlens_cpu=cpu) if offsets == "varlen_cpu_offsets"
+                  else dict(cu_seqlens=cpu))
     static = [x[n].clone() for n in ("q", "k", "v", "g", "beta", "initial_state")]
 
     def step():
@@ -239,6 +248,42 @@ def test_cuda_graph_capture(varlen):
     torch.cuda.synchronize()
     o_e, hT_e = gdn_torch.chunk_gated_delta_rule(*static[:5], None, static[5], True, **kw)
     assert torch.equal(o_g, o_e) and torch.equal(hT_g, hT_e), "replay differs from eager"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and build")
+def test_cuda_graph_capture_device_offsets_need_host_copy():
+    """CUDA cu_seqlens without cu_seqlens_cpu would be read back (a sync): under capture the op
+    says so with a ValueError instead of a CUDA error from inside the capture."""
+    x = make_inputs(1, 130, 2, 4, 64, 64, dtype=torch.bfloat16, device="cuda", N=3)
+    cu = torch.tensor([0, 40, 40, 130], device="cuda")
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
+    gdn_torch.chunk_gated_delta_rule(*args, cu_seqlens=cu)  # eager: fine (one sync)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="cu_seqlens_cpu"):
+        with torch.cuda.graph(graph):
+            gdn_torch.chunk_gated_delta_rule(*args, cu_seqlens=cu)
+
+
+def test_wrappers_trace_without_calling_into_the_extension():
+    """torch.compile(fullgraph=True) failed on CUDA inputs because the wrapper called the pybind11
+    function _C.cuda_built() on the traced path (reached only when q.is_cuda): Dynamo cannot
+    trace into it and fullgraph turns that graph break into an error. The wrapper now reads a
+    module constant. This checks the mechanism on CPU: the old call fails to trace, the constant
+    traces."""
+    from gdn_torch import _ops
+
+    def old(x):
+        return x * 2 if gdn_torch._C.cuda_built() or True else x
+
+    def new(x):
+        return x * 2 if _ops._CUDA_BUILT or True else x
+
+    x = torch.ones(3)
+    assert torch.equal(torch.compile(new, fullgraph=True, backend="eager")(x), x * 2)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="(?i)graph break|unsupported|skip|not.*trace"):
+        torch.compile(old, fullgraph=True, backend="eager")(x)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and build")
