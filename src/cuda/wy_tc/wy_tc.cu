@@ -424,26 +424,22 @@ __device__ __forceinline__ void copy_tile(T* dst, int ld, const T* src, int src_
 
 // B fragments of one n-tile from a hi and a lo tile at once (ldmatrix x4): matrices
 // (hi, k0..k0+7), (hi, k0+8..), (lo, k0..), (lo, k0+8..), rows n0..n0+7; same values as load_b.
-__device__ __forceinline__ void load_b_hl(std::uint32_t (&bh)[2], std::uint32_t (&bl)[2],
-                                          const std::uint32_t* th, const std::uint32_t* tl, int ld,
-                                          int n0, int k0) {
+// Per-lane base (bytes) for load_b_hl: hi tile for lanes 0-15, lo tile for 16-31.
+__device__ __forceinline__ unsigned hl_base(const std::uint32_t* th, const std::uint32_t* tl,
+                                            int ld) {
   const int lane = threadIdx.x & 31;
   const std::uint32_t* t = (lane & 16) ? tl : th;
-  const std::uint32_t* row = t + (n0 + (lane & 7)) * ld + k0 / 2 + ((lane >> 3) & 1) * 4;
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  return static_cast<unsigned>(
+      __cvta_generic_to_shared(t + (lane & 7) * ld + ((lane >> 3) & 1) * 4));
+}
+__device__ __forceinline__ void load_b_hl(std::uint32_t (&bh)[2], std::uint32_t (&bl)[2],
+                                          unsigned base, int ld, int n0, int k0) {
+  const unsigned a = base + 4 * (n0 * ld + k0 / 2);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(bh[0]), "=r"(bh[1]), "=r"(bl[0]), "=r"(bl[1])
                : "r"(a));
 }
 
-// B fragment (b0, b1) of an m16n8k16 mma from a tile stored [n][k] as bf16 pairs, ld words/row.
-__device__ __forceinline__ void load_b(std::uint32_t (&b)[2], const std::uint32_t* t, int ld,
-                                       int n0, int k0) {
-  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  const std::uint32_t* row = t + (n0 + gid) * ld + k0 / 2 + tig;
-  b[0] = row[0];
-  b[1] = row[4];
-}
 
 // A fragments (hi, lo) of the 16 x 16 block ks of a 16-row accumulator array (C layout -> A
 // layout: tiles 2 ks and 2 ks + 1 are the two k halves).
@@ -504,6 +500,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
 #pragma unroll
     for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[sidx(e, nt)] : 0.f;
 
+  const unsigned hbW = hl_base(sWh, sWl, LKw), hbQ = hl_base(sQh, sQl, LKw);
+  const unsigned hbP = hl_base(sPh, sPl, LCw), hbK = hl_base(sKh, sKl, LCw);
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
   auto issue_a = [&](int cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
@@ -541,9 +539,9 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
 #pragma unroll
       for (int nt = 0; nt < C / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b_hl(bh, bl, sWh, sWl, LKw, nt * 8, ks * 16);
+        load_b_hl(bh, bl, hbW, LKw, nt * 8, ks * 16);
         mma_split(ws[nt], ah, al, bh, bl);
-        load_b_hl(bh, bl, sQh, sQl, LKw, nt * 8, ks * 16);
+        load_b_hl(bh, bl, hbQ, LKw, nt * 8, ks * 16);
         mma_split(ot[nt], ah, al, bh, bl);
       }
     }
@@ -570,13 +568,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
 #pragma unroll
       for (int nt = 0; nt < C / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b_hl(bh, bl, sPh, sPl, LCw, nt * 8, kc * 16);
+        load_b_hl(bh, bl, hbP, LCw, nt * 8, kc * 16);
         mma_split(ot[nt], ah, al, bh, bl);
       }
 #pragma unroll
       for (int nt = 0; nt < K / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b_hl(bh, bl, sKh, sKl, LCw, nt * 8, kc * 16);
+        load_b_hl(bh, bl, hbK, LCw, nt * 8, kc * 16);
         mma_split(st[nt], ah, al, bh, bl);
       }
     }
@@ -602,24 +600,16 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   }
 }
 
-// ---- v5 chunk kernel: bf16 inputs (q, k, v exact bf16 numbers), tiles kept in bf16 smem, mma
-// fragments by ldmatrix, l2norm and every exp/beta/scale factor applied to fp32 values as row or
-// column scalings. Writes exactly the v2 workspace (W, Qs, Kd^T, P hi/lo planes, U fp32, G_C), so
-// the state kernel is unchanged. Per fold:
-//   K K^T, Q K^T  exact bf16 operands, fp32 accumulate (1 mma); the scalings beta_i r_i r_j
-//                 exp(G_i - G_j) (and scale rq_i) multiply the fp32 result.
-//   W = Y K       Y = X diag(beta E rk) in fp32, split hi + lo; K exact (2 mma's).
-//   U = Xb V      Xb = X diag(beta), split hi + lo; V exact (2 mma's).
-//   Qs, Kd^T, P   fp32 products, split when written (as v2).
-// Every product therefore carries at most one split (<= 2^-17 relative) plus fp32 accumulation:
-// within the wy-tc bound row (kSplit), no worse than v2 fold by fold.
-__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// ldmatrix from a 32-bit shared address (per-lane base + compile-time offset: no address math
+// per fragment).
+__device__ __forceinline__ void ldsm_x4_a(std::uint32_t (&r)[4], unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-__device__ __forceinline__ void ldsm_x4_t(std::uint32_t (&r)[4], const void* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+__device__ __forceinline__ void ldsm_x4_t_a(std::uint32_t (&r)[4], unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
@@ -635,11 +625,13 @@ template <int K, int V> struct ChunkSmemV5 {
                                      // rows of one ldmatrix hit distinct bank groups)
   static constexpr int LBV = V + 8;  // bf16 row stride of the v tile
   static constexpr int LA = Cfg::kChunk + Cfg::kPad;  // fp32 rows of A and X
-  // sK, sQ 64 x LB bf16 (17 KiB each at K = 128), sV 64 x LBV bf16, sA and sX 64 x 68 fp32
-  // (17 KiB each), 7 vectors of 64 fp32: ~87 KiB, two blocks per SM.
+  // sK, sQ 64 x LB bf16 (17 KiB each at K = 128), sV 64 x LBV bf16, sA 64 x 68 fp32 (17 KiB),
+  // 7 vectors of 64 fp32; X = (I + A)^-1 (64 x 68 fp32) reuses sQ once Qs is written (it fits
+  // when K >= 128; K = 64 keeps its own region): ~70 KiB at K = V = 128, three blocks per SM.
+  static constexpr bool kXInQ = 2 * LB >= 4 * LA;
   static constexpr std::size_t bytes =
       2 * static_cast<std::size_t>(Cfg::kChunk) * (2 * LB + LBV) +
-      4 * static_cast<std::size_t>(Cfg::kChunk) * (2 * LA + 7);
+      4 * static_cast<std::size_t>(Cfg::kChunk) * ((kXInQ ? 1 : 2) * LA + 7);
 };
 
 template <typename TBeta, int K, int V, bool kL2>
@@ -652,8 +644,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
   __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
   __nv_bfloat16* sV = sQ + C * LB;                                  // [C][LBV]
   float* sA = reinterpret_cast<float*>(sV + C * LBV);               // [C][LA] strict-lower A
-  float* sX = sA + C * LA;                                          // [C][LA] (I + A)^-1
-  float* sG = sX + C * LA;  // cumulative log-decay
+  float* sX = Sm::kXInQ ? reinterpret_cast<float*>(sQ) : sA + C * LA;  // [C][LA] (I + A)^-1
+  float* sG = sA + C * LA + (Sm::kXInQ ? 0 : C * LA);  // cumulative log-decay
   float* sE = sG + C;       // exp(G)
   float* sD = sE + C;       // exp(G_C - G)
   float* sB = sD + C;       // beta
@@ -730,6 +722,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
 
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
   const int m0 = warp * 16;
+  // Per-lane ldmatrix addresses (bytes); fragments add compile-time offsets. A: rows m0 + (lane
+  // & 15), column half lane >> 4. B (n-major tile): rows (lane & 7) + 8 (lane >> 4), column half
+  // (lane >> 3) & 1. B by .trans (k-major tile): rows lane & 15, column half lane >> 4.
+  const unsigned aK = smem_addr(sK + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
+  const unsigned aQ = smem_addr(sQ + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
+  const unsigned bK = smem_addr(sK + ((lane & 7) + ((lane >> 4) << 3)) * LB + ((lane >> 3) & 1) * 8);
+  const unsigned tK = smem_addr(sK + (lane & 15) * LB + (lane >> 4) * 8);
+  const unsigned tV = smem_addr(sV + (lane & 15) * LBV + (lane >> 4) * 8);
   // Q K^T and K K^T for the warp's 16 rows, n-tiles up to the diagonal only.
   {
     float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
@@ -737,17 +737,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {
       std::uint32_t ak[4], aq[4];
-      const int ar = m0 + (lane & 15), ac = ks * 16 + (lane >> 4) * 8;
-      ldsm_x4(ak, sK + ar * LB + ac);
-      ldsm_x4(aq, sQ + ar * LB + ac);
+      ldsm_x4_a(ak, aK + 2 * (ks * 16));
+      ldsm_x4_a(aq, aQ + 2 * (ks * 16));
 #pragma unroll
       for (int np = 0; np < C / 16; ++np) {  // pairs of n-tiles: one x4 load gives both
         if (2 * np < ntiles) {
           std::uint32_t b[4];
           // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
-          const int br = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-          const int bc = ks * 16 + ((lane >> 3) & 1) * 8;
-          ldsm_x4(b, sK + br * LB + bc);
+          ldsm_x4_a(b, bK + 2 * (np * 16 * LB + ks * 16));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
           mma_bf16(akk[2 * np], ak, b0);
           mma_bf16(akk[2 * np + 1], ak, b1);
@@ -775,6 +772,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
       }
   }
   __syncthreads();  // sA complete; sE, sD, sS ready
+  {  // Qs = scale diag(E rq) Q, split, by all threads: sQ is free afterwards (X goes there)
+    std::uint32_t* Qh = p.ws.qh + base * C * K / 2;
+    std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
+    for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
+      const int r = (2 * i) / K, c = (2 * i) % K;
+      const float f = p.scale * sE[r] * sRq[r];
+      const __nv_bfloat162 qq = *reinterpret_cast<const __nv_bfloat162*>(sQ + r * LB + c);
+      split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
+    }
+  }
+  __syncthreads();  // sQ reads done
   if (tid < C) {
     // Column c of X = (I + A)^-1 by forward substitution (as v2): X[i][c] = d_ic -
     // sum_j<i A[i][j] X[j][c], the column in registers, A rows read as float4 broadcasts.
@@ -798,16 +806,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
       sX[i * LA + c] = x[i];
     }
   } else {
-    // Warps 2 and 3 meanwhile write Qs = scale diag(E rq) Q and Kd^T = (diag(D) K)^T, split.
+    // Warps 2 and 3 meanwhile write Kd^T = (diag(D) K)^T, split.
     const int t2 = tid - C;
-    std::uint32_t* Qh = p.ws.qh + base * C * K / 2;
-    std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
-    for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {
-      const int r = (2 * i) / K, c = (2 * i) % K;
-      const float f = p.scale * sE[r] * sRq[r];
-      const __nv_bfloat162 qq = *reinterpret_cast<const __nv_bfloat162*>(sQ + r * LB + c);
-      split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
-    }
     std::uint32_t* Kh = p.ws.kh + base * K * C / 2;
     std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
     for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {
@@ -844,8 +844,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
 #pragma unroll
       for (int np = 0; np < K / 16; ++np) {
         std::uint32_t b[4];
-        const int br = ks * 16 + (lane & 15), bc = np * 16 + (lane >> 4) * 8;
-        ldsm_x4_t(b, sK + br * LB + bc);
+        ldsm_x4_t_a(b, tK + 2 * (ks * 16 * LB + np * 16));
         const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
         mma_bf16(acc[2 * np], yl[ks], b0);
         mma_bf16(acc[2 * np], yh[ks], b0);
@@ -871,8 +870,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
 #pragma unroll
       for (int np = 0; np < V / 16; ++np) {
         std::uint32_t b[4];
-        const int br = ks * 16 + (lane & 15), bc = np * 16 + (lane >> 4) * 8;
-        ldsm_x4_t(b, sV + br * LBV + bc);
+        ldsm_x4_t_a(b, tV + 2 * (ks * 16 * LBV + np * 16));
         const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
         mma_bf16(acc[2 * np], xl[ks], b0);
         mma_bf16(acc[2 * np], xh[ks], b0);
