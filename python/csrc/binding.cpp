@@ -16,6 +16,8 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -23,6 +25,7 @@
 
 #include "gdn/decode.hpp"
 #include "gdn/gdn.hpp"
+#include "gdn/layer.hpp"
 
 #ifdef GDN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -337,6 +340,242 @@ Tensor decode_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   return o;
 }
 
+// ---- the GDN layer (include/gdn/layer.hpp) ----
+namespace gl = gdn::layer;
+
+gl::Config layer_config(const std::string& name) {
+  gl::Config c;
+  if (gl::preset(name, &c)) return c;
+  const gdn::Status st = gl::load_config(name, &c);
+  if (!st.ok()) {
+    std::string names;
+    for (const auto& n : gl::preset_names()) names += (names.empty() ? "" : ", ") + n;
+    TORCH_CHECK_VALUE(false, "gdn: layer config '", name, "' is neither a preset (", names,
+                      ") nor a readable config.json: ", st.message());
+  }
+  return c;
+}
+
+pybind11::dict config_dict(const gl::Config& c) {
+  pybind11::dict d;
+  d["name"] = c.name;
+  d["family"] = std::string(gl::to_string(c.family));
+  d["hidden"] = c.hidden;
+  d["HK"] = c.HK;
+  d["HV"] = c.HV;
+  d["K"] = c.K;
+  d["V"] = c.V;
+  d["conv_kernel"] = c.conv_kernel;
+  d["eps"] = c.eps;
+  d["conv_dim"] = c.conv_dim();
+  d["value_dim"] = c.value_dim();
+  return d;
+}
+
+// Weight names and shapes of gl::Weights (bf16 matrices, fp32 vectors).
+struct WeightSpec {
+  const char* name;
+  std::vector<int64_t> shape;
+  bool bf16;
+};
+std::vector<WeightSpec> weight_specs(const gl::Config& c) {
+  const int64_t H = c.hidden, CD = c.conv_dim(), VD = c.value_dim();
+  return {{"w_qkv", {CD, H}, true},  {"w_z", {VD, H}, true},        {"w_b", {c.HV, H}, true},
+          {"w_a", {c.HV, H}, true},  {"conv_w", {CD, c.conv_kernel}, false},
+          {"A_log", {c.HV}, false},  {"dt_bias", {c.HV}, false},     {"norm_w", {c.V}, false},
+          {"w_out", {H, VD}, true}};
+}
+std::vector<std::uint16_t>* u16_field(gl::Weights& w, const std::string& n) {
+  if (n == "w_qkv") return &w.w_qkv;
+  if (n == "w_z") return &w.w_z;
+  if (n == "w_b") return &w.w_b;
+  if (n == "w_a") return &w.w_a;
+  return &w.w_out;
+}
+std::vector<float>* f32_field(gl::Weights& w, const std::string& n) {
+  if (n == "conv_w") return &w.conv_w;
+  if (n == "A_log") return &w.A_log;
+  if (n == "dt_bias") return &w.dt_bias;
+  return &w.norm_w;
+}
+
+// Synthetic weights (gl::synthesize) as CPU tensors: bf16 matrices, fp32 vectors.
+pybind11::dict layer_weights(const std::string& config, int64_t seed) {
+  const gl::Config c = layer_config(config);
+  gl::Weights w = gl::synthesize(c, static_cast<std::uint64_t>(seed));
+  pybind11::dict d;
+  for (const WeightSpec& ws : weight_specs(c)) {
+    Tensor t = at::empty(ws.shape, ws.bf16 ? at::kBFloat16 : at::kFloat);
+    if (ws.bf16) std::memcpy(t.data_ptr(), u16_field(w, ws.name)->data(), t.numel() * 2);
+    else std::memcpy(t.data_ptr(), f32_field(w, ws.name)->data(), t.numel() * 4);
+    d[ws.name] = t;
+  }
+  return d;
+}
+
+#ifdef GDN_WITH_CUDA
+gl::Weights weights_from_dict(const gl::Config& c, const pybind11::dict& d) {
+  gl::Weights w;
+  for (const WeightSpec& ws : weight_specs(c)) {
+    TORCH_CHECK_VALUE(d.contains(ws.name), "gdn: layer weights: '", ws.name, "' missing");
+    const Tensor t = pybind11::cast<Tensor>(d[ws.name]);
+    TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(ws.shape), "gdn: layer weights: '", ws.name,
+                      "' must have shape ", at::IntArrayRef(ws.shape), ", got ", t.sizes());
+    TORCH_CHECK_VALUE(t.is_floating_point(), "gdn: layer weights: '", ws.name,
+                      "' must be floating-point, got ", t.scalar_type());
+    const Tensor h =
+        t.detach().to(at::kCPU).to(ws.bf16 ? at::kBFloat16 : at::kFloat).contiguous();
+    if (ws.bf16) {
+      auto* f = u16_field(w, ws.name);
+      f->resize(h.numel());
+      std::memcpy(f->data(), h.data_ptr(), h.numel() * 2);
+    } else {
+      auto* f = f32_field(w, ws.name);
+      f->resize(h.numel());
+      std::memcpy(f->data(), h.data_ptr(), h.numel() * 4);
+    }
+  }
+  return w;
+}
+
+std::vector<int32_t> int_list(const std::vector<int64_t>& v, const char* name) {
+  std::vector<int32_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    TORCH_CHECK_VALUE(v[i] >= INT32_MIN && v[i] <= INT32_MAX, "gdn: ", name, "[", i, "] = ", v[i],
+                      " does not fit int32");
+    r[i] = static_cast<int32_t>(v[i]);
+  }
+  return r;
+}
+
+// One GDN layer on a GPU: its weights and a pool of `slots` sequence states (conv + recurrent).
+class Layer {
+ public:
+  Layer(const std::string& config, const std::optional<pybind11::dict>& weights, int64_t seed,
+        int64_t slots, int64_t device)
+      : c_(layer_config(config)), device_(static_cast<int>(device)) {
+    TORCH_CHECK_VALUE(slots >= 1 && slots <= INT32_MAX, "gdn: Layer slots must be >= 1, got ",
+                      slots);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    const gl::Weights w = weights.has_value() ? weights_from_dict(c_, *weights)
+                                              : gl::synthesize(c_, static_cast<std::uint64_t>(seed));
+    check(gl::GpuLayer::create(c_, w, static_cast<int>(slots), &L_));
+    slots_ = static_cast<int>(slots);
+  }
+
+  // x [T, hidden] bf16 on the layer's device; cu_seqlens [N+1] and slots [N] host ints.
+  Tensor prefill(const Tensor& x, const std::vector<int64_t>& cu_seqlens,
+                 const std::vector<int64_t>& slots, const std::string& arm) {
+    check_x(x, "x", "[T, hidden]");
+    gdn::Arm a;
+    TORCH_CHECK_VALUE(gdn::parse_arm(arm, &a), "gdn: unknown arm '", arm, "'");
+    const std::vector<int32_t> cu = int_list(cu_seqlens, "cu_seqlens"),
+                               sl = int_list(slots, "slots");
+    TORCH_CHECK_VALUE(cu.size() >= 2 && sl.size() == cu.size() - 1,
+                      "gdn: Layer.prefill needs cu_seqlens of N+1 >= 2 entries and N slots, got ",
+                      cu.size(), " and ", sl.size());
+    TORCH_CHECK_VALUE(cu.back() == x.size(0), "gdn: cu_seqlens[N] = ", cu.back(),
+                      " but x has ", x.size(0), " tokens");
+    c10::cuda::CUDAGuard guard(x.device());
+    const int N = static_cast<int>(sl.size());
+    ensure_workspace(std::max<int64_t>(x.size(0), 1), N);
+    Tensor y = at::empty_like(x);
+    if (x.size(0) == 0) return y;  // zero tokens: no state changes
+    gdn::RunInfo info;
+    check(L_->prefill(x.data_ptr(), y.data_ptr(), cu.data(), N, sl.data(), *ws_, stream(x), a,
+                      nullptr, &info));
+    g_last_arm = gdn::to_string(info.ran);
+    g_last_note = info.note;
+    return y;
+  }
+
+  // One token for each of N sequences: x [N, hidden] bf16; slots [N] host ints.
+  Tensor decode(const Tensor& x, const std::vector<int64_t>& slots) {
+    check_x(x, "x", "[N, hidden]");
+    const std::vector<int32_t> sl = int_list(slots, "slots");
+    TORCH_CHECK_VALUE(static_cast<int64_t>(sl.size()) == x.size(0) && !sl.empty(),
+                      "gdn: Layer.decode needs one slot per row of x (", x.size(0), "), got ",
+                      sl.size());
+    c10::cuda::CUDAGuard guard(x.device());
+    const int N = static_cast<int>(sl.size());
+    ensure_workspace(N, N);
+    Tensor y = at::empty_like(x);
+    check(L_->decode(x.data_ptr(), y.data_ptr(), N, sl.data(), *ws_, stream(x)));
+    return y;
+  }
+
+  void zero_slots() {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    check(L_->zero_slots(at::cuda::getCurrentCUDAStream(device_).stream()));
+  }
+  // (conv [conv_kernel-1, conv_dim], ssm [HV, K, V]) of a slot, fp32 CPU tensors (synchronizes).
+  std::tuple<Tensor, Tensor> get_state(int64_t slot) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    std::vector<float> conv, ssm;
+    check(L_->get_state(static_cast<int>(slot), &conv, &ssm));
+    Tensor ct = at::empty({c_.conv_kernel - 1, c_.conv_dim()}, at::kFloat);
+    Tensor st = at::empty({c_.HV, c_.K, c_.V}, at::kFloat);
+    TORCH_CHECK(static_cast<int64_t>(conv.size()) == ct.numel() &&
+                    static_cast<int64_t>(ssm.size()) == st.numel(),
+                "gdn: Layer.get_state: unexpected state sizes");
+    std::memcpy(ct.data_ptr(), conv.data(), conv.size() * 4);
+    std::memcpy(st.data_ptr(), ssm.data(), ssm.size() * 4);
+    return {ct, st};
+  }
+  void set_state(int64_t slot, const Tensor& conv, const Tensor& ssm) {
+    TORCH_CHECK_VALUE(conv.sizes() == at::IntArrayRef({c_.conv_kernel - 1, c_.conv_dim()}),
+                      "gdn: conv state must have shape [", c_.conv_kernel - 1, ", ",
+                      c_.conv_dim(), "], got ", conv.sizes());
+    TORCH_CHECK_VALUE(ssm.sizes() == at::IntArrayRef({c_.HV, c_.K, c_.V}),
+                      "gdn: recurrent state must have shape [", c_.HV, ", ", c_.K, ", ", c_.V,
+                      "], got ", ssm.sizes());
+    const Tensor ch = conv.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    const Tensor sh = ssm.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    std::vector<float> cv(ch.data_ptr<float>(), ch.data_ptr<float>() + ch.numel());
+    std::vector<float> sv(sh.data_ptr<float>(), sh.data_ptr<float>() + sh.numel());
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    check(L_->set_state(static_cast<int>(slot), cv, sv));
+  }
+  pybind11::dict config() const { return config_dict(c_); }
+  int64_t slots() const { return slots_; }
+
+ private:
+  static void check(const gdn::Status& st) {
+    if (!st.ok()) throw_status(st);
+  }
+  void check_x(const Tensor& x, const char* name, const char* shape) const {
+    TORCH_CHECK_VALUE(x.dim() == 2 && x.size(1) == c_.hidden, "gdn: ", name, " must have shape ",
+                      shape, " with hidden = ", c_.hidden, ", got ", x.sizes());
+    TORCH_CHECK_VALUE(x.is_cuda() && x.device().index() == device_, "gdn: ", name,
+                      " must be on cuda:", device_, ", got ", x.device());
+    TORCH_CHECK_VALUE(x.scalar_type() == at::kBFloat16, "gdn: ", name, " must be bfloat16, got ",
+                      x.scalar_type());
+    TORCH_CHECK_VALUE(x.is_contiguous(), "gdn: ", name, " must be contiguous");
+  }
+  static void* stream(const Tensor& x) {
+    return at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  }
+  // Grows the workspace (eager only: it allocates; warm up before capturing a larger size).
+  void ensure_workspace(int64_t T, int N) {
+    if (ws_ && T <= ws_T_ && N <= ws_N_) return;
+    const int64_t t = std::max(T, ws_T_);
+    const int n = std::max(N, ws_N_);
+    ws_.reset();
+    check(gl::Workspace::create(c_, t, n, &ws_));
+    ws_T_ = t;
+    ws_N_ = n;
+  }
+
+  gl::Config c_;
+  int device_ = 0;
+  int slots_ = 0;
+  std::unique_ptr<gl::GpuLayer> L_;
+  std::unique_ptr<gl::Workspace> ws_;
+  int64_t ws_T_ = 0;
+  int ws_N_ = 0;
+};
+#endif
+
 pybind11::dict device_info() {
   const gdn::DeviceInfo d = gdn::device_info();
   pybind11::dict r;
@@ -394,6 +633,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
   });
   m.def("device_info", &device_info);
+  m.def("layer_weights", &layer_weights, pybind11::arg("config"), pybind11::arg("seed") = 0,
+        "Synthetic weights of a layer config (preset name or config.json path) as CPU tensors.");
+  m.def("layer_config", [](const std::string& config) { return config_dict(layer_config(config)); },
+        pybind11::arg("config"));
+#ifdef GDN_WITH_CUDA
+  pybind11::class_<Layer>(m, "Layer")
+      .def(pybind11::init<const std::string&, const std::optional<pybind11::dict>&, int64_t,
+                          int64_t, int64_t>(),
+           pybind11::arg("config"), pybind11::arg("weights") = pybind11::none(),
+           pybind11::arg("seed") = 0, pybind11::arg("slots") = 1, pybind11::arg("device") = 0)
+      .def("prefill", &Layer::prefill, pybind11::arg("x"), pybind11::arg("cu_seqlens"),
+           pybind11::arg("slots"), pybind11::arg("arm") = "auto")
+      .def("decode", &Layer::decode, pybind11::arg("x"), pybind11::arg("slots"))
+      .def("zero_slots", &Layer::zero_slots)
+      .def("get_state", &Layer::get_state, pybind11::arg("slot"))
+      .def("set_state", &Layer::set_state, pybind11::arg("slot"), pybind11::arg("conv"),
+           pybind11::arg("ssm"))
+      .def_property_readonly("config", &Layer::config)
+      .def_property_readonly("slots", &Layer::slots);
+#endif
   m.def("arm_available", &arm_available, pybind11::arg("arm"));
   m.def("last_arm", [] { return g_last_arm; },
         "The arm that ran in this thread's last chunk_gated_delta_rule call ('' before any).");

@@ -5,9 +5,12 @@ same shapes ([B, T, H, K] q/k, [B, T, HV, V] v, [B, T, HV] g/beta), same default
 (scale = K^-1/2), same returns ((o in q's dtype, final state [N, HV, K, V] fp32 or None)).
 Forward only (no autograd).
 """
+import torch  # noqa: F401  (first: loads libc10/libtorch, which _C links against)
+
 from . import _C  # noqa: F401  (loads libgdn and registers the torch.ops.gdn ops)
+from ._layer import Layer, layer_config, layer_weights
 from ._ops import (arm_available, chunk_gated_delta_rule, decode_step, device_info, last_arm,
                    version)
 
-__all__ = ["chunk_gated_delta_rule", "decode_step", "arm_available", "device_info", "last_arm",
-           "version"]
+__all__ = ["chunk_gated_delta_rule", "decode_step", "Layer", "layer_config", "layer_weights",
+           "arm_available", "device_info", "last_arm", "version"]
