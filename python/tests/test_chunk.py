@@ -213,12 +213,10 @@ def test_torch_compile_fullgraph(device):
 # sequence), varlen_cpu_offsets (CUDA cu_seqlens plus its host copy), varlen_host_only (cu_seqlens
 # as a CPU tensor: the library copies it by value in kernel parameters).
 CAPTURE_OFFSETS = ["B2", "B1", "varlen_cpu_offsets", "varlen_host_only"]
-# wy-tc still uploads a host-built chunk table with a pageable cudaMemcpyAsync (its launch is
-# being rewritten to build the table with src/cuda/common/chunk_table.cuh). A captured pageable
-# copy replays from freed host memory: an illegal address that poisons the CUDA context and fails
-# every later test in this process, so its capture cases are skipped until then. Set True (or
-# GDN_TEST_WYTC_CAPTURE=1) once wy_tc.cu builds its table on the device.
-WYTC_CAPTURE_SAFE = os.environ.get("GDN_TEST_WYTC_CAPTURE", "0") == "1"
+# Every GPU arm builds its chunk table on the device (src/cuda/common/chunk_table.cuh), so every
+# arm is captured. GDN_TEST_WYTC_CAPTURE=0 skips the wy-tc cases (a captured pageable copy would
+# replay from freed host memory and poison the CUDA context for the rest of the process).
+WYTC_CAPTURE_SAFE = os.environ.get("GDN_TEST_WYTC_CAPTURE", "1") == "1"
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and build")

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/internal.hpp"
+#include "cuda/common/chunk_table.cuh"
 #include "cuda/common/common.cuh"
 
 namespace gdn::detail {
@@ -197,6 +198,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
 
   const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
+  if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
   const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
   const TIn* q = static_cast<const TIn*>(p.q);
   const TIn* k = static_cast<const TIn*>(p.k);
@@ -656,6 +658,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
   const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
+  if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
   const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
@@ -911,24 +914,14 @@ template <int K, int V>
 Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   constexpr int C = Cfg::kChunk;
   cudaStream_t st = cuda::stream_of(a);
-  // Chunk table on the host: chunks never cross sequence boundaries.
-  std::vector<std::int32_t> tab;  // [tok0 x NC | len x NC | seq_chunk0 x (N+1)]
-  std::vector<std::int32_t> tok0, len, first(s.N + 1, 0);
-  for (int n = 0; n < s.N; ++n) {
-    first[n] = static_cast<std::int32_t>(tok0.size());
-    for (std::int64_t t = 0; t < s.seq_len(n); t += C) {
-      tok0.push_back(static_cast<std::int32_t>(s.cu[n] + t));
-      len.push_back(static_cast<std::int32_t>(std::min<std::int64_t>(C, s.seq_len(n) - t)));
-    }
-  }
-  const std::int64_t NC = static_cast<std::int64_t>(tok0.size());
-  first[s.N] = static_cast<std::int32_t>(NC);
-  tab.insert(tab.end(), tok0.begin(), tok0.end());
-  tab.insert(tab.end(), len.begin(), len.end());
-  tab.insert(tab.end(), first.begin(), first.end());
-
+  // Chunk table built on the device (cuda/common/chunk_table.cuh): no pageable copy, no host
+  // sync, so the call can be captured into a CUDA graph. Chunks never cross sequences.
+  const cuda::Offsets offs = cuda::offsets_of(a, s);
+  const cuda::ChunkTablePlan plan = cuda::plan_chunk_table(offs, C);
+  const std::int64_t NC = plan.nc;  // exact (host offsets known) or an upper bound: the chunk
+                                    // kernels return at once for slack entries (len = 0)
   const std::int64_t tiles = NC * pr.HV;
-  const std::size_t b_tab = align_up(tab.size() * 4);
+  const std::size_t b_tab = align_up(plan.bytes);
   const std::size_t b_ck = align_up(2 * tiles * C * K);  // one bf16 plane of a C x K tile
   const std::size_t b_cc = align_up(2 * tiles * C * C);  // one bf16 plane of a C x C tile
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
@@ -936,8 +929,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   cuda::Scratch scratch(st);
   Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc);
   if (!stt.ok()) return stt;
-  std::int32_t* d_tab = scratch.as<std::int32_t>(0);
-  GDN_CUDA_TRY(cudaMemcpyAsync(d_tab, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice, st));
+  cuda::ChunkTable table;
+  stt = cuda::build_chunk_table(plan, offs, scratch.as<void>(0), st, &table);
+  if (!stt.ok()) return stt;
   Workspace ws;
   std::size_t off = b_tab;
   for (std::uint32_t** plane : {&ws.wh, &ws.wl, &ws.qh, &ws.ql, &ws.kh, &ws.kl})
@@ -946,9 +940,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   ws.pl = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.u = scratch.as<float>(off), off += b_cv;
   ws.gc = scratch.as<float>(off);
-  const std::int32_t* d_tok0 = d_tab;
-  const std::int32_t* d_len = d_tab + NC;
-  const std::int32_t* d_first = d_tab + 2 * NC;
+  const std::int32_t* d_tok0 = table.tok0;
+  const std::int32_t* d_len = table.len;
+  const std::int32_t* d_first = table.first;
 
   if (NC > 0) {
     ChunkParams cp{};
