@@ -26,7 +26,9 @@ GDN_BENCH_CASES=${GDN_BENCH_CASES:-"--arm wy-tc --tokens 32768;--arm wy-tc --tok
 OUT=$L GDN_PY_PREBUILT=0 GDN_LIBGDN=$PWD/build-gpu/libgdn.a \
   GDN_CUDA_ARCH_FLAGS="-gencode=arch=compute_90a,code=sm_90a" GDN_SKIP_COMPARE=$((1 - ${GDN_COMPARE:-0})) \
   timeout "${GDN_PY_TIMEOUT:-150}" bash scripts/gpu_python.sh > "$L/python_run.log" 2>&1
-tail -25 "$L/pytest.log" > "$OUT/pytest.txt" 2>/dev/null; pack
+{ tail -25 "$L/pytest.log"; echo "== test_layer.py"; tail -25 "$L/pytest_layer.log"; } > "$OUT/pytest.txt" 2>/dev/null
+[[ ${GDN_LAYER_CRASH:-0} == 1 ]] && OUT=$L timeout 200 bash scripts/gpu_layer_crash.sh
+pack
 for f in compare.jsonl compare.png; do [[ -f $L/$f ]] && mv "$L/$f" "$OUT/"; done
 timeout 60 build-gpu/gdn prefill --preset qwen3.5-27b --tokens 32768 --layers 1 --iters 2 \
   --json "$OUT/results.jsonl" > "$OUT/layer.txt" 2>&1

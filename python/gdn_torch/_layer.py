@@ -47,10 +47,46 @@ if _CUDA_BUILT:
 
         def prefill(self, x: torch.Tensor, cu_seqlens: Sequence[int], slots: Sequence[int],
                     arm: str = "auto") -> torch.Tensor:
-            return super().prefill(x, [int(c) for c in cu_seqlens], [int(s) for s in slots], arm)
+            cu = [int(c) for c in cu_seqlens]
+            sl = [int(s) for s in slots]
+            self._check_x(x, "[T, hidden]")
+            if len(cu) < 2 or len(sl) != len(cu) - 1:
+                raise ValueError(f"gdn: Layer.prefill needs cu_seqlens of N+1 >= 2 entries and N "
+                                 f"slots, got {len(cu)} and {len(sl)}")
+            if cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])) or cu[-1] != x.shape[0]:
+                raise ValueError(f"gdn: cu_seqlens must rise from 0 to the {x.shape[0]} tokens of "
+                                 f"x, got {cu}")
+            self._check_slots(sl)
+            return super().prefill(x, cu, sl, arm)
 
         def decode(self, x: torch.Tensor, slots: Sequence[int]) -> torch.Tensor:
-            return super().decode(x, [int(s) for s in slots])
+            sl = [int(s) for s in slots]
+            self._check_x(x, "[N, hidden]")
+            if len(sl) != x.shape[0] or not sl:
+                raise ValueError(f"gdn: Layer.decode needs one slot per row of x ({x.shape[0]}), "
+                                 f"got {len(sl)}")
+            self._check_slots(sl)
+            return super().decode(x, sl)
+
+        # The checks the C++ side makes too, made here first so that bad input is reported as a
+        # ValueError before any native code runs.
+        def _check_x(self, x: torch.Tensor, shape: str) -> None:
+            hidden = self.config["hidden"]
+            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != hidden:
+                raise ValueError(f"gdn: x must have shape {shape} with hidden = {hidden}, got "
+                                 f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}")
+            if x.dtype != torch.bfloat16:
+                raise ValueError(f"gdn: x must be bfloat16, got {x.dtype}")
+            if not x.is_cuda or not x.is_contiguous():
+                raise ValueError(f"gdn: x must be a contiguous CUDA tensor, got {x.device}")
+
+        def _check_slots(self, sl: Sequence[int]) -> None:
+            n = self.slots
+            bad = [s for s in sl if s < 0 or s >= n]
+            if bad:
+                raise ValueError(f"gdn: slot {bad[0]} out of range 0..{n - 1}")
+            if len(set(sl)) != len(sl):
+                raise ValueError(f"gdn: slots must be distinct, got {list(sl)}")
 else:
     class Layer:  # type: ignore[no-redef]
         """Placeholder: this gdn_torch build has no CUDA arms; the layer runs on the GPU only."""
