@@ -7,9 +7,8 @@
 //   gates_kernel             beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
 //   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z), one warp per (token, value head)
 //   decode_conv_kernel       decode: conv over the slot's state + the new token, state shifted
-//   decode_recur_kernel      decode: one recurrence step per (sequence, value head), state in the
-//                            slot pool updated in place (H6's decode API had not landed; this is
-//                            a simple correct path: the state is read twice from global memory)
+// The decode recurrence is gdn::decode (include/gdn/decode.hpp, the decode arm's kernel) on strided
+// q/k/v views of the conv output with the slot pool as its state pool, updated in place.
 // The prefill recurrence runs through gdn::prefill (any arm) on strided q/k/v views of the conv
 // output, with the slot states as h0/hT (in place when the slots are consecutive).
 #include <cublas_v2.h>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "cuda/common/common.cuh"
+#include "gdn/decode.hpp"
 #include "gdn/layer.hpp"
 
 namespace gdn::layer {
@@ -179,54 +179,6 @@ __global__ void decode_conv_kernel(const bf16* __restrict__ proj, int P, bf16* c
   }
   if (KW > 1) st[static_cast<std::int64_t>(KW - 2) * CD] = x;
   qkv[static_cast<std::int64_t>(n) * CD + c] = __float2bfloat16_rn(silu(acc));
-}
-
-// Decode recurrence, one block per (sequence, value head), thread j owns state column j.
-// smem: q[K] + k[K] floats (<= 2 KiB) + 64 floats of reduction scratch.
-__global__ void decode_recur_kernel(const bf16* __restrict__ qkv, int CD,
-                                    const float* __restrict__ g, const float* __restrict__ beta,
-                                    const int* __restrict__ slots, float* pool, int HK, int HV,
-                                    int K, int V, float scale, bf16* __restrict__ o) {
-  extern __shared__ float sm[];
-  float* qs = sm;
-  float* ks = sm + K;
-  float* red = sm + 2 * K;  // [2][32]
-  const int n = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-  const int kh = h / (HV / HK);
-  const bf16* row = qkv + static_cast<std::int64_t>(n) * CD;
-  float sq = 0.f, sk = 0.f;
-  for (int i = tid; i < K; i += blockDim.x) {
-    qs[i] = __bfloat162float(row[kh * K + i]);
-    ks[i] = __bfloat162float(row[HK * K + kh * K + i]);
-    sq += qs[i] * qs[i];
-    sk += ks[i] * ks[i];
-  }
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) {
-    sq += __shfl_xor_sync(0xffffffffu, sq, s);
-    sk += __shfl_xor_sync(0xffffffffu, sk, s);
-  }
-  const int warps = blockDim.x / 32;
-  if ((tid & 31) == 0) red[tid >> 5] = sq, red[32 + (tid >> 5)] = sk;
-  __syncthreads();
-  sq = 0.f, sk = 0.f;
-  for (int w = 0; w < warps; ++w) sq += red[w], sk += red[32 + w];
-  const float iq = rsqrtf(sq + 1e-6f), ik = rsqrtf(sk + 1e-6f);
-  const int j = tid;
-  if (j >= V) return;
-  const std::int64_t gi = static_cast<std::int64_t>(n) * HV + h;
-  const float decay = expf(g[gi]), b = beta[gi];
-  float* S = pool + (static_cast<std::int64_t>(slots[n]) * HV + h) * K * V + j;
-  float sk_dot = 0.f;
-  for (int i = 0; i < K; ++i) sk_dot += S[static_cast<std::int64_t>(i) * V] * ks[i];
-  const float u = b * (__bfloat162float(row[2 * HK * K + h * V + j]) - decay * ik * sk_dot);
-  float acc = 0.f;
-  for (int i = 0; i < K; ++i) {
-    const float s = decay * S[static_cast<std::int64_t>(i) * V] + ks[i] * ik * u;
-    S[static_cast<std::int64_t>(i) * V] = s;
-    acc += s * qs[i];
-  }
-  o[gi * V + j] = __float2bfloat16_rn(scale * iq * acc);
 }
 
 Status from_cublas(cublasStatus_t s, const char* what) {
@@ -543,7 +495,6 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   Status st = check_call(c, ws, L.slots, N, N, nullptr, slots);
   if (!st.ok()) return st;
   if (!x || !y) return Status::Invalid("layer decode: null x or y");
-  if (c.K > 1024 || c.V > 1024) return Status::Unsupported("layer decode: head dims above 1024");
   auto s = static_cast<cudaStream_t>(stream);
   const int P = c.proj_dim(), CD = c.conv_dim(), KW = c.conv_kernel;
   if (!(st = copy_i32_by_value(slots, N, ws.slots, s)).ok()) return st;  // by value, no sync
@@ -556,11 +507,25 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   gates_kernel<<<(N * c.HV + 255) / 256, 256, 0, s>>>(ws.proj, P, c.b_col(), c.a_col(), L.A_log,
                                                       L.dt_bias, c.HV, N, ws.g, ws.beta);
   GDN_CUDA_LAUNCH_CHECK("gates_kernel");
-  const int threads = std::max(32, (c.V + 31) / 32 * 32);
-  decode_recur_kernel<<<dim3(N, c.HV), threads, (2 * c.K + 64) * sizeof(float), s>>>(
-      ws.qkv, CD, ws.g, ws.beta, ws.slots, L.ssm_pool, c.HK, c.HV, c.K, c.V,
-      1.f / std::sqrt(static_cast<float>(c.K)), ws.o);
-  GDN_CUDA_LAUNCH_CHECK("decode_recur_kernel");
+  {  // the recurrence step: gdn::decode over the slot pool (indices checked above, host copy given)
+    Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
+    p.qk_l2norm = true;
+    p.head_map = HeadMap::grouped;  // HF repeat_interleave
+    const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K;
+    DecodeArgs d;
+    d.q = TensorView::strided(ws.qkv, DType::bf16, {N, c.HK, c.K}, {CD, c.K, 1});
+    d.k = TensorView::strided(ws.qkv + HKK, DType::bf16, {N, c.HK, c.K}, {CD, c.K, 1});
+    d.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {N, c.HV, c.V}, {CD, c.V, 1});
+    d.g = TensorView::contiguous(ws.g, DType::f32, {N, c.HV});
+    d.beta = TensorView::contiguous(ws.beta, DType::f32, {N, c.HV});
+    d.o = TensorView::contiguous(ws.o, DType::bf16, {N, c.HV, c.V});
+    d.state = TensorView::contiguous(L.ssm_pool, DType::f32, {L.slots, c.HV, c.K, c.V});
+    d.state_indices = ws.slots;
+    d.state_indices_host = slots;
+    d.on_device = true;
+    d.stream = s;
+    if (!(st = gdn::decode(p, d)).ok()) return st;
+  }
   const std::int64_t rows = static_cast<std::int64_t>(N) * c.HV;
   gated_norm_kernel<<<static_cast<unsigned>((rows + NormTile::kWarps - 1) / NormTile::kWarps),
                       32 * NormTile::kWarps, 0, s>>>(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV,
