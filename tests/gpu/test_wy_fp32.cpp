@@ -2,11 +2,14 @@
 // with the arm's derived bound (utilisation printed, negative control must fail), bitwise
 // reproducibility, hT aliasing h0, varlen with zero-length sequences. Outputs are NaN-poisoned
 // before every run (check::run_arm; by hand below), so an unwritten element fails.
+// Every test runs once per kernel variant (GDN_WYFP32_VARIANT = v3, v4; set inside the test and
+// restored after), and v4 is checked against v3 value for value (same operation order).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,7 +27,41 @@ using testutil::spec_of;
 
 constexpr std::uint64_t kSeed = 4404;
 
-void expect_parity(const check::CaseSpec& spec) {
+// Runs f once per wy-fp32 kernel variant (env GDN_WYFP32_VARIANT set for the call, restored after).
+constexpr const char* kVariants[] = {"v3", "v4"};
+template <typename F>
+void each_variant(F&& f) {
+  const char* prev = std::getenv("GDN_WYFP32_VARIANT");
+  const std::string saved = prev ? prev : "";
+  for (const char* v : kVariants) {
+    setenv("GDN_WYFP32_VARIANT", v, 1);
+    SCOPED_TRACE(std::string("GDN_WYFP32_VARIANT=") + v);
+    f(v);
+  }
+  if (prev) setenv("GDN_WYFP32_VARIANT", saved.c_str(), 1);
+  else unsetenv("GDN_WYFP32_VARIANT");
+}
+
+// Runs the arm with one variant (env set for the call, restored after).
+check::ArmOutput run_variant(const char* variant, const check::Case& c) {
+  const char* prev = std::getenv("GDN_WYFP32_VARIANT");
+  const std::string saved = prev ? prev : "";
+  setenv("GDN_WYFP32_VARIANT", variant, 1);
+  check::ArmOutput out = check::run_arm(Arm::wy_fp32, c, true);
+  if (prev) setenv("GDN_WYFP32_VARIANT", saved.c_str(), 1);
+  else unsetenv("GDN_WYFP32_VARIANT");
+  return out;
+}
+
+// First index where a and b differ as values (-0 == +0; NaN never equal), -1 if none.
+std::int64_t first_value_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i])) return static_cast<std::int64_t>(i);
+  return -1;
+}
+
+void expect_parity_one(const check::CaseSpec& spec) {
   const check::Case c = check::make_case(spec, kSeed);
   const check::Oracle ref = check::ref_serial(c);
   const check::Row r = check::evaluate(Arm::wy_fp32, c, ref, /*on_device=*/true);
@@ -39,6 +76,10 @@ void expect_parity(const check::CaseSpec& spec) {
   EXPECT_TRUE(r.negative_control_failed)
       << "negative control passed (the check cannot fail) on " << r.fixture << "\n"
       << describe(r);
+}
+
+void expect_parity(const check::CaseSpec& spec) {
+  each_variant([&](const char*) { expect_parity_one(spec); });
 }
 
 class WyFp32Parity : public ::testing::TestWithParam<check::CaseSpec> {};
@@ -69,15 +110,58 @@ TEST(WyFp32, BitwiseReproducible_L300x0x1029_HK2_HV6_K128_bf16_h0_tiled) {
   check::CaseSpec s = spec_of({300, 0, 1029}, 2, 6, 128, 128);
   s.head_map = HeadMap::tiled;
   const check::Case c = check::make_case(s, kSeed);
-  const check::ArmOutput a = check::run_arm(Arm::wy_fp32, c, true);
-  const check::ArmOutput b = check::run_arm(Arm::wy_fp32, c, true);
+  each_variant([&](const char* v) {
+    const check::ArmOutput a = run_variant(v, c);
+    const check::ArmOutput b = run_variant(v, c);
+    ASSERT_TRUE(a.status.ok()) << a.status.message();
+    ASSERT_TRUE(b.status.ok()) << b.status.message();
+    EXPECT_EQ(first_bit_difference(a.o, b.o), -1) << "o differs between two runs at that index";
+    EXPECT_EQ(first_bit_difference(a.hT, b.hT), -1) << "hT differs between two runs at that index";
+    std::vector<double> o2 = b.o;  // negative control: the comparison sees a one-ulp change
+    o2[o2.size() / 2] = std::nextafter(o2[o2.size() / 2], INFINITY);
+    EXPECT_EQ(first_bit_difference(a.o, o2), static_cast<std::int64_t>(o2.size() / 2));
+  });
+}
+
+// v4 streams the same workspace values (plus Q and Kd formed by the same operations as v3's
+// loaders) through the same per-element operation order: o and hT equal v3's value for value.
+// A difference here with parity still passing means an operand reached v4 altered (a race or
+// a wrong tile), which the bound could hide on small fixtures.
+void expect_v4_equals_v3(const check::CaseSpec& s) {
+  const check::Case c = check::make_case(s, kSeed);
+  const check::ArmOutput a = run_variant("v3", c);
+  const check::ArmOutput b = run_variant("v4", c);
   ASSERT_TRUE(a.status.ok()) << a.status.message();
   ASSERT_TRUE(b.status.ok()) << b.status.message();
-  EXPECT_EQ(first_bit_difference(a.o, b.o), -1) << "o differs between two runs at that index";
-  EXPECT_EQ(first_bit_difference(a.hT, b.hT), -1) << "hT differs between two runs at that index";
-  std::vector<double> o2 = b.o;  // negative control: the comparison sees a one-ulp change
-  o2[o2.size() / 2] = std::nextafter(o2[o2.size() / 2], INFINITY);
-  EXPECT_EQ(first_bit_difference(a.o, o2), static_cast<std::int64_t>(o2.size() / 2));
+  const std::int64_t io = first_value_difference(a.o, b.o);
+  const std::int64_t ih = first_value_difference(a.hT, b.hT);
+  EXPECT_EQ(io, -1) << "v4 o differs from v3 at that index: "
+                    << (io >= 0 ? a.o[io] : 0.0) << " vs " << (io >= 0 ? b.o[io] : 0.0);
+  EXPECT_EQ(ih, -1) << "v4 hT differs from v3 at that index: "
+                    << (ih >= 0 ? a.hT[ih] : 0.0) << " vs " << (ih >= 0 ? b.hT[ih] : 0.0);
+  std::vector<double> o2 = b.o;  // negative control
+  o2[o2.size() / 3] = std::nextafter(o2[o2.size() / 3], INFINITY);
+  EXPECT_EQ(first_value_difference(a.o, o2), static_cast<std::int64_t>(o2.size() / 3));
+}
+
+TEST(WyFp32, V4EqualsV3_L300x0x1029x17_HK2_HV6_K128_bf16_h0_tiled) {
+  check::CaseSpec s = spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
+  s.head_map = HeadMap::tiled;
+  expect_v4_equals_v3(s);
+}
+
+TEST(WyFp32, V4EqualsV3_L70x33x200_HK1_HV3_K64_V128_f32out_l2norm_vk) {
+  check::CaseSpec s = spec_of({70, 33, 200}, 1, 3, 64, 128);
+  s.out_dtype = DType::f32;
+  s.l2norm_in_kernel = true;
+  s.state_layout = StateLayout::vk;
+  expect_v4_equals_v3(s);
+}
+
+TEST(WyFp32, V4EqualsV3_L129x64_HK2_HV2_K128_V64_bf16_h0_l2norm) {
+  check::CaseSpec s = spec_of({129, 64}, 2, 2, 128, 64);
+  s.l2norm_in_kernel = true;
+  expect_v4_equals_v3(s);
 }
 
 // Device buffer freed at scope exit.
@@ -103,7 +187,7 @@ bool to_device(const TensorView& host, DevBuf* buf, TensorView* dev) {
 }
 
 // hT written in place over h0 must equal hT written to a separate buffer (bitwise), o too.
-TEST(WyFp32, HtAliasesH0_L37x0x130_HK2_HV4_K128_bf16_h0_grouped) {
+void ht_aliases_h0_one() {
   const check::Case c = check::make_case(spec_of({37, 0, 130}, 2, 4, 128, 128), kSeed);
   const std::size_t o_bytes = c.T * c.prob.HV * c.prob.V * dtype_size(c.spec.out_dtype);
   const std::size_t s_bytes = c.h0.size() * sizeof(float);
@@ -145,6 +229,10 @@ TEST(WyFp32, HtAliasesH0_L37x0x130_HK2_HV4_K128_bf16_h0_grouped) {
   // Negative control: the in-place result differs from the unchanged h0 (the state moved).
   EXPECT_NE(std::memcmp(hT_alias.data(), c.h0.data(), s_bytes), 0)
       << "in-place hT equals h0: the kernel did not write the state";
+}
+
+TEST(WyFp32, HtAliasesH0_L37x0x130_HK2_HV4_K128_bf16_h0_grouped) {
+  each_variant([&](const char*) { ht_aliases_h0_one(); });
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -144,14 +145,21 @@ __device__ __forceinline__ void load_rows(float* tile, int ld, const E* x, std::
   }
 }
 
-// Per chunk-head workspace offsets (floats).
-template <int K, int V>
+// Per chunk-head workspace offsets (floats). X (v4): the chunk kernel also writes the
+// normalized Q [C, K] and Kd = diag(exp(G_C - G)) K [C, K] (normalized K), so the state kernel
+// streams every operand with cp.async instead of re-loading and re-normalizing q, k per V slice.
+// Every offset is a multiple of 4 floats (16-B cp.async chunks).
+template <int K, int V, bool X = false>
 struct Ws {
   static constexpr std::int64_t W = 0, U = kC * K, P = U + kC * V, G = P + kC * kC;
-  static constexpr std::int64_t size = G + kC;
+  static constexpr std::int64_t Q = G + kC, Kd = Q + kC * K;
+  static constexpr std::int64_t size = X ? Kd + kC * K : G + kC;
+  static_assert(U % 4 == 0 && P % 4 == 0 && G % 4 == 0 && Q % 4 == 0 && Kd % 4 == 0 &&
+                    size % 4 == 0,
+                "16-B aligned tiles");
 };
 
-template <typename E, typename B, int K, int V>
+template <typename E, typename B, int K, int V, bool X>
 __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
     wy_chunk_kernel(const ChunkTab tab,  // grid.x may exceed the chunk count (early exit)
                     const E* __restrict__ q, std::int64_t qs0, std::int64_t qs1,  // [T, HK, K]
@@ -174,7 +182,8 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
   if (ci >= tab.first[tab.N]) return;  // slack of an upper-bound grid (block-uniform)
   const int kh = grouped ? h / (HV / HK) : h % HK;
   const struct { int t0, len; } cd = {tab.tok0[ci], tab.len[ci]};
-  float* out = ws + (static_cast<std::int64_t>(ci) * HV + h) * Ws<K, V>::size;
+  using WS = Ws<K, V, X>;
+  float* out = ws + (static_cast<std::int64_t>(ci) * HV + h) * WS::size;
 
   if (tid < C) {
     Gs[tid] = tid < cd.len ? g[(cd.t0 + tid) * gs0 + h] : 0.f;
@@ -227,10 +236,26 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
         // Gam is formed only for i >= j, where the exponent is <= 0 (mask before the exp).
         const float gam = i >= j ? expf(Gs[i] - Gs[j]) : 0.f;
         As[i * LDA + j] = i > j ? Bs[i] * gam * kk[a][b] : 0.f;
-        out[Ws<K, V>::P + i * C + j] = i >= j ? gam * qk[a][b] : 0.f;
+        out[WS::P + i * C + j] = i >= j ? gam * qk[a][b] : 0.f;
       }
   }
   __syncthreads();
+  if constexpr (X) {
+    // v4: normalized Q and Kd = exp(G_C - G_i) k_i for the state kernel. Ks holds exactly the
+    // values v3's state-kernel loader forms (same load_rows normalization) and Ed_i is formed
+    // from the same G floats, so Kd is bitwise v3's; Q is stored unscaled (v3 applies exp(G_i)
+    // after the Q S sum).
+    const float GCc = Gs[C - 1];
+    for (int e = tid; e < C * K / 4; e += Cfg::NT) {
+      const int i = e / (K / 4), d = 4 * (e % (K / 4));
+      const float ed = expf(GCc - Gs[i]);
+      const float4 kv = *reinterpret_cast<const float4*>(&Ks[i * LDK + d]);
+      *reinterpret_cast<float4*>(&out[WS::Q + i * K + d]) =
+          *reinterpret_cast<const float4*>(&Qs[i * LDK + d]);
+      *reinterpret_cast<float4*>(&out[WS::Kd + i * K + d]) =
+          make_float4(kv.x * ed, kv.y * ed, kv.z * ed, kv.w * ed);
+    }
+  }
   // Right-hand sides: [diag(beta exp G) K | diag(beta) V]; V overwrites Q (no longer needed).
   if (tid < C) As[tid * LDA + tid] = Bs[tid] * expf(Gs[tid]);  // row factor on A's (zero) diagonal
   __syncthreads();
@@ -242,14 +267,14 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
     const int i = e / V, d = e % V;
     Qs[i * LDK + d] = i < cd.len ? Bs[i] * to_f32(v[(cd.t0 + i) * vs0 + h * vs1 + d]) : 0.f;
   }
-  if (tid < C) out[Ws<K, V>::G + tid] = Gs[tid];
+  if (tid < C) out[WS::G + tid] = Gs[tid];
   __syncthreads();
 
   // Forward substitution, one column of [W | U] per thread, the column held in registers:
   // X_i = R_i - sum_{j<i} A_ij X_j (four partial sums for latency, fixed order).
   if (tid < K + V) {
     const float* rhs = tid < K ? &Ks[tid] : &Qs[tid - K];
-    float* dst = tid < K ? out + Ws<K, V>::W + tid : out + Ws<K, V>::U + (tid - K);
+    float* dst = tid < K ? out + WS::W + tid : out + WS::U + (tid - K);
     const int ld = tid < K ? K : V;
     float x[C];
 #pragma unroll
@@ -476,10 +501,335 @@ __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// v4 state kernel (GDN_WYFP32_VARIANT=v4). Same thread mapping, per-element operation order and
+// results as wy_state_kernel (v3): o and hT are bitwise v3's. What changes is how operands reach
+// shared memory. The v3 profile (ncu, T = 8192) had 43% of instructions outside FFMA, a large
+// part of them the per-slice q/k loaders (scalar bf16 loads, conversion, l2 norm, repeated by
+// every one of the V / 16 slice blocks), and 22% of stall samples on long scoreboards: every
+// global load (W + P, q, k, U) sat between two barriers on the sequential path of every chunk.
+// v4 reads only the workspace (the chunk kernel now also writes the normalized Q and Kd) and
+// streams it with cp.async in six half-tiles per chunk through two 17 KiB buffers: while the
+// block computes on one half-tile the next is in flight. One barrier per half-tile (six per
+// chunk, as v3).
+//   step  buffer  tile                                  compute
+//   s0    B0      W[:, 0:K/2]  (+ U slice, P: earlier)   Vn acc over d < K/2
+//   s1    B1      W[:, K/2:K]                            Vn acc over d >= K/2; Vn = U - acc
+//   s2    B0      Q[:, 0:K/2]                            Q S over d < K/2
+//   s3    B1      Q[:, K/2:K]                            Q S over d >= K/2; P Vn; o
+//   s4    B0      Kd[0:32, :]                            S' = exp(G_C) S + rows i < 32
+//   s5    B1      Kd[32:64, :] (+ next chunk's P)        S' += rows i >= 32; S -> smem
+// At step s (after the barrier) the tile of step s + 1 is issued (of the next chunk at s5:
+// W[:, 0:K/2] + U slice), so each wait covers one group only (cp.async.wait_group 0).
+template <int K_, int V_>
+struct State4Cfg {
+  static constexpr int K = K_, V = V_;
+  static constexpr int C = kC;
+  static constexpr int VS = 16, CG = VS / 4, NT = 128, RK = K / 32;
+  static constexpr int KH = K / 2;       // column half of W and Q
+  static constexpr int LDH = KH + 4;     // 17 float4 (K = 128) / 9 (K = 64): odd, conflict-free rows
+  static constexpr int LDK = K + 4;      // Kd half rows
+  static constexpr int LDP = C + 4;
+  static constexpr int LDS = VS + 4;     // S, Vn, U slice
+  static constexpr int BUF = (C * LDH > (C / 2) * LDK) ? C * LDH : (C / 2) * LDK;
+  // smem: S 128 x 20 + Vn 64 x 20 + U 64 x 20 + P 64 x 68 + 2 x 4352 floats = 72.7 KiB at
+  // K = 128: three blocks per SM, as v3.
+  static constexpr int smem_floats = K * LDS + 2 * C * LDS + C * LDP + 2 * BUF;
+  static constexpr std::size_t smem_bytes = sizeof(float) * smem_floats;
+  static_assert(CG == NT / 32 && C == 64 && K % 32 == 0 && V % VS == 0, "v3 mapping");
+  static_assert((C * KH / 4) % NT == 0 && ((C / 2) * K / 4) % NT == 0 && (C * C / 4) % NT == 0 &&
+                    (C * VS / 4) % NT == 0,
+                "cp.async tiles: whole rounds");
+  static_assert(LDH % 4 == 0 && LDK % 4 == 0 && LDP % 4 == 0 && LDS % 4 == 0 && BUF % 4 == 0,
+                "16-B aligned smem rows");
+};
+
+__device__ __forceinline__ void cp16(float* smem, const float* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Columns [h K/2, (h + 1) K/2) of a [C][K] workspace matrix into dst[C][LDH].
+template <class Cfg>
+__device__ __forceinline__ void issue_colhalf(float* dst, const float* src, int h) {
+  constexpr int Q4 = Cfg::KH / 4;
+#pragma unroll 1
+  for (int it = 0; it < Cfg::C * Q4 / Cfg::NT; ++it) {
+    const int e = threadIdx.x + it * Cfg::NT, i = e / Q4, d = 4 * (e % Q4);
+    cp16(&dst[i * Cfg::LDH + d], &src[i * Cfg::K + h * Cfg::KH + d]);
+  }
+}
+// Rows [32 h, 32 h + 32) of a [C][K] workspace matrix into dst[32][LDK].
+template <class Cfg>
+__device__ __forceinline__ void issue_rowhalf(float* dst, const float* src, int h) {
+  constexpr int Q4 = Cfg::K / 4;
+#pragma unroll 1
+  for (int it = 0; it < (Cfg::C / 2) * Q4 / Cfg::NT; ++it) {
+    const int e = threadIdx.x + it * Cfg::NT, i = e / Q4, d = 4 * (e % Q4);
+    cp16(&dst[i * Cfg::LDK + d], &src[(32 * h + i) * Cfg::K + d]);
+  }
+}
+template <class Cfg>
+__device__ __forceinline__ void issue_p(float* Pm, const float* src) {
+  constexpr int Q4 = Cfg::C / 4;
+#pragma unroll 1
+  for (int it = 0; it < Cfg::C * Q4 / Cfg::NT; ++it) {
+    const int e = threadIdx.x + it * Cfg::NT, i = e / Q4, j = 4 * (e % Q4);
+    cp16(&Pm[i * Cfg::LDP + j], &src[i * Cfg::C + j]);
+  }
+}
+template <class Cfg>
+__device__ __forceinline__ void issue_u(float* Us, const float* src, int v0) {
+  constexpr int Q4 = Cfg::VS / 4;
+#pragma unroll 1
+  for (int it = 0; it < Cfg::C * Q4 / Cfg::NT; ++it) {
+    const int e = threadIdx.x + it * Cfg::NT, i = e / Q4, c = 4 * (e % Q4);
+    cp16(&Us[i * Cfg::LDS + c], &src[i * Cfg::V + v0 + c]);
+  }
+}
+
+// acc[r][c] += sum_{d in half} A[lane + 32 r][d] S[d][col + c], d in increasing order (v3's
+// phases a and b restricted to one column half; A is a [C][LDH] half tile).
+template <class Cfg>
+__device__ __forceinline__ void rows_times_s(float (&acc)[2][4], const float* A, const float* Ss,
+                                             int lane, int col, int h) {
+  constexpr int LDH = Cfg::LDH, LDS = Cfg::LDS;
+  const float* S0 = Ss + h * Cfg::KH * LDS;
+  for (int d = 0; d < Cfg::KH; d += 4) {
+    const float4 a0 = *reinterpret_cast<const float4*>(&A[lane * LDH + d]);
+    const float4 a1 = *reinterpret_cast<const float4*>(&A[(lane + 32) * LDH + d]);
+    const float aa[2][4] = {{a0.x, a0.y, a0.z, a0.w}, {a1.x, a1.y, a1.z, a1.w}};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const float4 s = *reinterpret_cast<const float4*>(&S0[(d + m) * LDS + col]);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        acc[r][0] = fmaf(aa[r][m], s.x, acc[r][0]);
+        acc[r][1] = fmaf(aa[r][m], s.y, acc[r][1]);
+        acc[r][2] = fmaf(aa[r][m], s.z, acc[r][2]);
+        acc[r][3] = fmaf(aa[r][m], s.w, acc[r][3]);
+      }
+    }
+  }
+}
+
+template <typename OT, int K, int V>
+__global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
+    wy_state_kernel_v4(const ChunkTab tab,
+                       const float* __restrict__ ws,  // [NC, HV, Ws<K, V, true>::size]
+                       OT* __restrict__ o, std::int64_t os0, std::int64_t os1,  // [T, HV, V]
+                       const float* h0,  // [N, HV, K, V] or [N, HV, V, K]; may alias hT
+                       float* hT,        // same shape; may be null
+                       int HV, int vk, float scale) {
+  using Cfg = State4Cfg<K, V>;
+  using WS = Ws<K, V, true>;
+  constexpr int C = Cfg::C, VS = Cfg::VS, LDK = Cfg::LDK, LDP = Cfg::LDP, LDS = Cfg::LDS,
+                RK = Cfg::RK;
+  extern __shared__ float4 smem4[];
+  float* Ss = reinterpret_cast<float*>(smem4);  // [K][LDS] state slice
+  float* Vn = Ss + K * LDS;                     // [C][LDS]
+  float* Us = Vn + C * LDS;                     // [C][LDS] U slice
+  float* Pm = Us + C * LDS;                     // [C][LDP]
+  float* B0 = Pm + C * LDP;                     // half tiles (see the table above)
+  float* B1 = B0 + Cfg::BUF;
+
+  const int v0 = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int col = 4 * warp;
+  const std::int64_t sbase = (static_cast<std::int64_t>(n) * HV + h) * K * V;
+  const int c_begin = tab.first[n], c_end = tab.first[n + 1];
+  auto wsp = [&](int ci) { return ws + (static_cast<std::int64_t>(ci) * HV + h) * WS::size; };
+
+  // First chunk's W[:, 0:K/2], U slice and P in flight while the state slice is read.
+  if (c_begin < c_end) {
+    const float* w = wsp(c_begin);
+    issue_colhalf<Cfg>(B0, w + WS::W, 0);
+    issue_u<Cfg>(Us, w + WS::U, v0);
+    issue_p<Cfg>(Pm, w + WS::P);
+  }
+  cp_commit();
+
+  float st[RK][4];
+#pragma unroll
+  for (int r = 0; r < RK; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = lane + 32 * r, vc = v0 + col + c;
+      st[r][c] = h0 ? h0[sbase + (vk ? std::int64_t(vc) * K + d : std::int64_t(d) * V + vc)] : 0.f;
+      Ss[d * LDS + col + c] = st[r][c];
+    }
+
+  for (int ci = c_begin; ci < c_end; ++ci) {
+    const float* w = wsp(ci);
+    const bool more = ci + 1 < c_end;
+    const int t0 = tab.tok0[ci], len = tab.len[ci];
+    // exp(G_i) for rows lane, lane + 32 and G_C, as v3 forms them (needed from s3 on).
+    const float g0 = w[WS::G + lane], g1 = w[WS::G + lane + 32], GC = w[WS::G + C - 1];
+    float acc[2][4] = {};
+
+    // s0: W[:, 0:K/2] (B0).
+    cp_wait_all();
+    __syncthreads();
+    issue_colhalf<Cfg>(B1, w + WS::W, 1);
+    cp_commit();
+    rows_times_s<Cfg>(acc, B0, Ss, lane, col, 0);
+
+    // s1: W[:, K/2:K] (B1); Vn = U - W S.
+    cp_wait_all();
+    __syncthreads();
+    issue_colhalf<Cfg>(B0, w + WS::Q, 0);
+    cp_commit();
+    rows_times_s<Cfg>(acc, B1, Ss, lane, col, 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = lane + 32 * r;
+      const float4 u = *reinterpret_cast<const float4*>(&Us[i * LDS + col]);
+      *reinterpret_cast<float4*>(&Vn[i * LDS + col]) =
+          make_float4(u.x - acc[r][0], u.y - acc[r][1], u.z - acc[r][2], u.w - acc[r][3]);
+    }
+
+    // s2: Q[:, 0:K/2] (B0).
+    float qs[2][4] = {};
+    cp_wait_all();
+    __syncthreads();
+    issue_colhalf<Cfg>(B1, w + WS::Q, 1);
+    cp_commit();
+    rows_times_s<Cfg>(qs, B0, Ss, lane, col, 0);
+
+    // s3: Q[:, K/2:K] (B1); o = scale (exp(G_i) q_i S + sum_{j <= i} P_ij Vn_j).
+    cp_wait_all();
+    __syncthreads();
+    issue_rowhalf<Cfg>(B0, w + WS::Kd, 0);
+    cp_commit();
+    rows_times_s<Cfg>(qs, B1, Ss, lane, col, 1);
+    {
+      float pv[2][4] = {};
+      for (int j = 0; j < 32; j += 4) {
+        const float4 p0 = *reinterpret_cast<const float4*>(&Pm[lane * LDP + j]);
+        const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(lane + 32) * LDP + j]);
+        const float pa[2][4] = {{p0.x, p0.y, p0.z, p0.w}, {p1.x, p1.y, p1.z, p1.w}};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const float4 x = *reinterpret_cast<const float4*>(&Vn[(j + m) * LDS + col]);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            pv[r][0] = fmaf(pa[r][m], x.x, pv[r][0]);
+            pv[r][1] = fmaf(pa[r][m], x.y, pv[r][1]);
+            pv[r][2] = fmaf(pa[r][m], x.z, pv[r][2]);
+            pv[r][3] = fmaf(pa[r][m], x.w, pv[r][3]);
+          }
+        }
+      }
+      for (int j = 32; j < C; j += 4) {
+        const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(lane + 32) * LDP + j]);
+        const float pa[4] = {p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const float4 x = *reinterpret_cast<const float4*>(&Vn[(j + m) * LDS + col]);
+          pv[1][0] = fmaf(pa[m], x.x, pv[1][0]);
+          pv[1][1] = fmaf(pa[m], x.y, pv[1][1]);
+          pv[1][2] = fmaf(pa[m], x.z, pv[1][2]);
+          pv[1][3] = fmaf(pa[m], x.w, pv[1][3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = lane + 32 * r;
+        if (i < len) {
+          const float eg = expf(r ? g1 : g0);
+          OT* orow = o + (t0 + i) * os0 + h * os1 + v0 + col;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) orow[c] = from_f32<OT>(scale * fmaf(eg, qs[r][c], pv[r][c]));
+        }
+      }
+    }
+
+    // s4: Kd rows 0..31 (B0); S' = exp(G_C) S + Kd^T Vn over rows i < 32.
+    cp_wait_all();
+    __syncthreads();  // also: every warp is done with P (next P may land)
+    issue_rowhalf<Cfg>(B1, w + WS::Kd, 1);
+    if (more) issue_p<Cfg>(Pm, wsp(ci + 1) + WS::P);
+    cp_commit();
+    {
+      const float eC = expf(GC);
+#pragma unroll
+      for (int r = 0; r < RK; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) st[r][c] *= eC;
+      const int n0 = len < 32 ? len : 32;
+      for (int i = 0; i < n0; ++i) {
+        float kd[RK];
+#pragma unroll
+        for (int r = 0; r < RK; ++r) kd[r] = B0[i * LDK + lane + 32 * r];
+        const float4 x = *reinterpret_cast<const float4*>(&Vn[i * LDS + col]);
+#pragma unroll
+        for (int r = 0; r < RK; ++r) {
+          st[r][0] = fmaf(kd[r], x.x, st[r][0]);
+          st[r][1] = fmaf(kd[r], x.y, st[r][1]);
+          st[r][2] = fmaf(kd[r], x.z, st[r][2]);
+          st[r][3] = fmaf(kd[r], x.w, st[r][3]);
+        }
+      }
+    }
+
+    // s5: Kd rows 32..63 (B1); S' += rows i >= 32; S' -> smem.
+    cp_wait_all();
+    __syncthreads();  // also: every warp is done with U (next U may land)
+    if (more) {
+      const float* wn = wsp(ci + 1);
+      issue_colhalf<Cfg>(B0, wn + WS::W, 0);
+      issue_u<Cfg>(Us, wn + WS::U, v0);
+    }
+    cp_commit();
+    for (int i = 32; i < len; ++i) {
+      float kd[RK];
+#pragma unroll
+      for (int r = 0; r < RK; ++r) kd[r] = B1[(i - 32) * LDK + lane + 32 * r];
+      const float4 x = *reinterpret_cast<const float4*>(&Vn[i * LDS + col]);
+#pragma unroll
+      for (int r = 0; r < RK; ++r) {
+        st[r][0] = fmaf(kd[r], x.x, st[r][0]);
+        st[r][1] = fmaf(kd[r], x.y, st[r][1]);
+        st[r][2] = fmaf(kd[r], x.z, st[r][2]);
+        st[r][3] = fmaf(kd[r], x.w, st[r][3]);
+      }
+    }
+    // The next chunk's s0 barrier orders these stores before its reads of S (and this
+    // chunk's s4/s5 barriers order them after the Q S / W S reads).
+#pragma unroll
+    for (int r = 0; r < RK; ++r)
+      *reinterpret_cast<float4*>(&Ss[(lane + 32 * r) * LDS + col]) =
+          make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
+  }
+  cp_wait_all();  // no copy may outlive the block (none is pending here: the last issue is guarded)
+
+  if (hT) {
+#pragma unroll
+    for (int r = 0; r < RK; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = lane + 32 * r, vc = v0 + col + c;
+        hT[sbase + (vk ? std::int64_t(vc) * K + d : std::int64_t(d) * V + vc)] = st[r][c];
+      }
+  }
+}
+
+// GDN_WYFP32_VARIANT = v3 | v4 (unset or unknown: v3, the measured default). Read per call, so
+// tests can switch variants by setting the variable between calls.
+int wy_fp32_variant() {
+  const char* e = std::getenv("GDN_WYFP32_VARIANT");
+  if (e && std::string(e) == "v4") return 4;
+  return 3;
+}
+
 template <typename E, typename OT, typename B, int K, int V>
 Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   using CC = ChunkCfg<K, V>;
   using SC = StateCfg<K, V>;
+  using SC4 = State4Cfg<K, V>;
+  const bool v4 = wy_fp32_variant() == 4;
   cudaStream_t stream = stream_of(a);
   // Chunk table built on the device from cu_seqlens (by value or the caller's device copy):
   // no pageable upload, so the call is legal under stream capture. Sequences never share a
@@ -490,7 +840,8 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   const std::int64_t NC = plan.nc;
 
   const std::size_t tab_bytes = plan.bytes;
-  const std::size_t ws_bytes = sizeof(float) * NC * p.HV * Ws<K, V>::size;
+  const std::size_t ws_bytes =
+      sizeof(float) * NC * p.HV * (v4 ? Ws<K, V, true>::size : Ws<K, V>::size);
   Scratch scratch(stream);
   Status st = scratch.alloc(tab_bytes + ws_bytes);
   if (!st.ok()) return st;
@@ -504,7 +855,7 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   const E* k = static_cast<const E*>(a.k.data);
   const int grouped = p.head_map == HeadMap::grouped, l2 = p.qk_l2norm;
   if (NC > 0) {
-    auto kern = wy_chunk_kernel<E, B, K, V>;
+    auto kern = v4 ? wy_chunk_kernel<E, B, K, V, true> : wy_chunk_kernel<E, B, K, V, false>;
     GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(CC::smem_bytes)));
     kern<<<dim3(static_cast<unsigned>(NC), p.HV), CC::NT, CC::smem_bytes, stream>>>(
@@ -513,6 +864,18 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
         static_cast<const float*>(a.g.data), a.g.stride[0], static_cast<const B*>(a.beta.data),
         a.beta.stride[0], p.HV, p.HK, grouped, l2, ws);
     GDN_CUDA_LAUNCH_CHECK("wy_chunk_kernel");
+  }
+  if (v4) {
+    auto kern4 = wy_state_kernel_v4<OT, K, V>;
+    GDN_CUDA_TRY(cudaFuncSetAttribute(kern4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(SC4::smem_bytes)));
+    kern4<<<dim3(V / SC4::VS, p.HV, s.N), SC4::NT, SC4::smem_bytes, stream>>>(
+        tab, ws, static_cast<OT*>(a.o.data), a.o.stride[0], a.o.stride[1],
+        a.h0.defined() ? static_cast<const float*>(a.h0.data) : nullptr,
+        a.hT.defined() ? static_cast<float*>(a.hT.data) : nullptr, p.HV,
+        p.state_layout == StateLayout::vk, p.scale);
+    GDN_CUDA_LAUNCH_CHECK("wy_state_kernel_v4");
+    return Status::Ok();
   }
   auto kern2 = wy_state_kernel<E, OT, K, V>;
   GDN_CUDA_TRY(cudaFuncSetAttribute(kern2, cudaFuncAttributeMaxDynamicSharedMemorySize,
