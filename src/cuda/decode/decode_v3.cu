@@ -331,36 +331,56 @@ Status v3_ts(const DecodeLaunch& L, int force) {
 // ---------------------------------------------------------------------------------------------
 // v4: persistent; items are whole (n, h) tiles (BV = V), ring of `nst` shared stages filled by
 // cp.async.bulk from thread 0.
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
+[[maybe_unused]] __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void mbar_init(std::uint64_t* b, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+#else
+  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
+#endif
 }
 __device__ __forceinline__ void mbar_arrive(std::uint64_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(smem_u32(b))
                : "memory");
+#else
+  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
+#endif
 }
 __device__ __forceinline__ void mbar_arrive_tx(std::uint64_t* b, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(
                    smem_u32(b)),
                "r"(bytes)
                : "memory");
+#else
+  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
+#endif
 }
 __device__ __forceinline__ void mbar_wait(std::uint64_t* b, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
       "{\n .reg .pred p;\n WAIT_%=:\n"
       " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
       " @!p bra WAIT_%=;\n}" ::"r"(smem_u32(b)),
       "r"(parity)
       : "memory");
+#else
+  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
+#endif
 }
 __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes, std::uint64_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
           smem_u32(dst)),
       "l"(src), "r"(bytes), "r"(smem_u32(b))
       : "memory");
+#else
+  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
+#endif
 }
 
 template <typename TI, typename TS, int K, int BV>
@@ -393,7 +413,9 @@ __global__ void __launch_bounds__(256, 1) v4_kernel(const DecodeLaunch L, const 
   };
   if (tid == 0) {
     for (int i = 0; i < nst; ++i) mbar_init(&bar[i], 1);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
     int sl[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -443,7 +465,9 @@ __global__ void __launch_bounds__(256, 1) v4_kernel(const DecodeLaunch L, const 
     }
     __syncthreads();  // stage read by everyone, tokens staged
     if (tid == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
       issue(stg, refill, refill_slot);
     }
     if (!live) {
@@ -512,6 +536,12 @@ Status cuda_decode_v3(const DecodeLaunch& L, int force) {
 }
 
 Status cuda_decode_v4(const DecodeLaunch& L, bool force) {
+  // cp.async.bulk and mbarrier transaction counts need sm_90: older GPUs run v3.
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+      major < 9)
+    return cuda_decode_v3(L, 0);
   switch (L.io) {
     case DType::bf16: return v4_ts<__nv_bfloat16>(L, force);
     case DType::f16: return v4_ts<__half>(L, force);
