@@ -2,8 +2,8 @@
 // with the arm's derived bound (utilisation printed, negative control must fail), bitwise
 // reproducibility, hT aliasing h0, varlen with zero-length sequences. Outputs are NaN-poisoned
 // before every run (check::run_arm; by hand below), so an unwritten element fails.
-// Every test runs once per kernel variant (GDN_WYFP32_VARIANT = v3, v4; set inside the test and
-// restored after), and v4 is checked against v3 value for value (same operation order).
+// Every test runs once per kernel variant (GDN_WYFP32_VARIANT = v3, v4, v5; set inside the test
+// and restored after), and v4, v5 are checked against v3 value for value (same operation order).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ using testutil::spec_of;
 constexpr std::uint64_t kSeed = 4404;
 
 // Runs f once per wy-fp32 kernel variant (env GDN_WYFP32_VARIANT set for the call, restored after).
-constexpr const char* kVariants[] = {"v3", "v4"};
+constexpr const char* kVariants[] = {"v3", "v4", "v5"};
 template <typename F>
 void each_variant(F&& f) {
   const char* prev = std::getenv("GDN_WYFP32_VARIANT");
@@ -123,45 +123,48 @@ TEST(WyFp32, BitwiseReproducible_L300x0x1029_HK2_HV6_K128_bf16_h0_tiled) {
   });
 }
 
-// v4 streams the same workspace values (plus Q and Kd formed by the same operations as v3's
-// loaders) through the same per-element operation order: o and hT equal v3's value for value.
-// A difference here with parity still passing means an operand reached v4 altered (a race or
-// a wrong tile), which the bound could hide on small fixtures.
-void expect_v4_equals_v3(const check::CaseSpec& s) {
+// v4 and v5 stream the same workspace values (plus Q and Kd formed by the same operations as
+// v3's loaders) through the same per-element operation order: o and hT equal v3's value for
+// value. A difference here with parity still passing means an operand reached the kernel altered
+// (a race or a wrong tile), which the bound could hide on small fixtures.
+void expect_variants_equal_v3(const check::CaseSpec& s) {
   const check::Case c = check::make_case(s, kSeed);
   const check::ArmOutput a = run_variant("v3", c);
-  const check::ArmOutput b = run_variant("v4", c);
   ASSERT_TRUE(a.status.ok()) << a.status.message();
-  ASSERT_TRUE(b.status.ok()) << b.status.message();
-  const std::int64_t io = first_value_difference(a.o, b.o);
-  const std::int64_t ih = first_value_difference(a.hT, b.hT);
-  EXPECT_EQ(io, -1) << "v4 o differs from v3 at that index: "
-                    << (io >= 0 ? a.o[io] : 0.0) << " vs " << (io >= 0 ? b.o[io] : 0.0);
-  EXPECT_EQ(ih, -1) << "v4 hT differs from v3 at that index: "
-                    << (ih >= 0 ? a.hT[ih] : 0.0) << " vs " << (ih >= 0 ? b.hT[ih] : 0.0);
-  std::vector<double> o2 = b.o;  // negative control
-  o2[o2.size() / 3] = std::nextafter(o2[o2.size() / 3], INFINITY);
-  EXPECT_EQ(first_value_difference(a.o, o2), static_cast<std::int64_t>(o2.size() / 3));
+  for (const char* v : {"v4", "v5"}) {
+    SCOPED_TRACE(std::string("GDN_WYFP32_VARIANT=") + v);
+    const check::ArmOutput b = run_variant(v, c);
+    ASSERT_TRUE(b.status.ok()) << b.status.message();
+    const std::int64_t io = first_value_difference(a.o, b.o);
+    const std::int64_t ih = first_value_difference(a.hT, b.hT);
+    EXPECT_EQ(io, -1) << v << " o differs from v3 at that index: "
+                      << (io >= 0 ? a.o[io] : 0.0) << " vs " << (io >= 0 ? b.o[io] : 0.0);
+    EXPECT_EQ(ih, -1) << v << " hT differs from v3 at that index: "
+                      << (ih >= 0 ? a.hT[ih] : 0.0) << " vs " << (ih >= 0 ? b.hT[ih] : 0.0);
+    std::vector<double> o2 = b.o;  // negative control
+    o2[o2.size() / 3] = std::nextafter(o2[o2.size() / 3], INFINITY);
+    EXPECT_EQ(first_value_difference(a.o, o2), static_cast<std::int64_t>(o2.size() / 3));
+  }
 }
 
-TEST(WyFp32, V4EqualsV3_L300x0x1029x17_HK2_HV6_K128_bf16_h0_tiled) {
+TEST(WyFp32, VariantsEqualV3_L300x0x1029x17_HK2_HV6_K128_bf16_h0_tiled) {
   check::CaseSpec s = spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
   s.head_map = HeadMap::tiled;
-  expect_v4_equals_v3(s);
+  expect_variants_equal_v3(s);
 }
 
-TEST(WyFp32, V4EqualsV3_L70x33x200_HK1_HV3_K64_V128_f32out_l2norm_vk) {
+TEST(WyFp32, VariantsEqualV3_L70x33x200_HK1_HV3_K64_V128_f32out_l2norm_vk) {
   check::CaseSpec s = spec_of({70, 33, 200}, 1, 3, 64, 128);
   s.out_dtype = DType::f32;
   s.l2norm_in_kernel = true;
   s.state_layout = StateLayout::vk;
-  expect_v4_equals_v3(s);
+  expect_variants_equal_v3(s);
 }
 
-TEST(WyFp32, V4EqualsV3_L129x64_HK2_HV2_K128_V64_bf16_h0_l2norm) {
+TEST(WyFp32, VariantsEqualV3_L129x64_HK2_HV2_K128_V64_bf16_h0_l2norm) {
   check::CaseSpec s = spec_of({129, 64}, 2, 2, 128, 64);
   s.l2norm_in_kernel = true;
-  expect_v4_equals_v3(s);
+  expect_variants_equal_v3(s);
 }
 
 // Device buffer freed at scope exit.

@@ -592,12 +592,12 @@ __device__ __forceinline__ void issue_u(float* Us, const float* src, int v0) {
 
 // acc[r][c] += sum_{d in half} A[lane + 32 r][d] S[d][col + c], d in increasing order (v3's
 // phases a and b restricted to one column half; A is a [C][LDH] half tile).
-template <class Cfg>
+template <class Cfg, int UNROLL>
 __device__ __forceinline__ void rows_times_s(float (&acc)[2][4], const float* A, const float* Ss,
                                              int lane, int col, int h) {
   constexpr int LDH = Cfg::LDH, LDS = Cfg::LDS;
   const float* S0 = Ss + h * Cfg::KH * LDS;
-  for (int d = 0; d < Cfg::KH; d += 4) {
+  auto step = [&](int d) {
     const float4 a0 = *reinterpret_cast<const float4*>(&A[lane * LDH + d]);
     const float4 a1 = *reinterpret_cast<const float4*>(&A[(lane + 32) * LDH + d]);
     const float aa[2][4] = {{a0.x, a0.y, a0.z, a0.w}, {a1.x, a1.y, a1.z, a1.w}};
@@ -612,10 +612,37 @@ __device__ __forceinline__ void rows_times_s(float (&acc)[2][4], const float* A,
         acc[r][3] = fmaf(aa[r][m], s.w, acc[r][3]);
       }
     }
+  };
+  if constexpr (UNROLL == 2) {
+#pragma unroll 2
+    for (int d = 0; d < Cfg::KH; d += 4) step(d);
+  } else {
+    for (int d = 0; d < Cfg::KH; d += 4) step(d);  // v4: the compiler's choice
   }
 }
 
-template <typename OT, int K, int V>
+// Kd values of one row for this thread's RK state rows: lane + 32 r (v4, scalar loads of 32
+// consecutive floats per warp) or RK lane + r (v5, one vector load).
+template <bool V5, int RK>
+__device__ __forceinline__ void load_kd(float (&kd)[RK], const float* row, int lane) {
+  if constexpr (V5 && RK == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(&row[4 * lane]);
+    kd[0] = x.x, kd[1] = x.y, kd[2] = x.z, kd[3] = x.w;
+  } else if constexpr (V5 && RK == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(&row[2 * lane]);
+    kd[0] = x.x, kd[1] = x.y;
+  } else {
+#pragma unroll
+    for (int r = 0; r < RK; ++r) kd[r] = row[lane + 32 * r];
+  }
+}
+
+// V5 (GDN_WYFP32_VARIANT=v5): v4 with the thread's state rows RK lane + r (RK consecutive rows,
+// was lane + 32 r), so phase c reads its Kd values as one LDS.128 (K = 128; LDS.64 at K = 64) per
+// row i instead of RK scalar loads (5 -> 2 shared loads per 16 FFMA), and the W S / Q S loops
+// unrolled by 2 (loads of the next d step issued before this step's FMAs). Same per-element
+// operation order: o and hT still v3's value for value.
+template <typename OT, int K, int V, bool V5>
 __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
     wy_state_kernel_v4(const ChunkTab tab,
                        const float* __restrict__ ws,  // [NC, HV, Ws<K, V, true>::size]
@@ -639,6 +666,8 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
   const int lane = tid & 31, warp = tid >> 5;
   const int col = 4 * warp;
   const std::int64_t sbase = (static_cast<std::int64_t>(n) * HV + h) * K * V;
+  // State row of this thread's r-th row (r < RK).
+  auto srow = [&](int r) { return V5 ? RK * lane + r : lane + 32 * r; };
   const int c_begin = tab.first[n], c_end = tab.first[n + 1];
   auto wsp = [&](int ci) { return ws + (static_cast<std::int64_t>(ci) * HV + h) * WS::size; };
 
@@ -656,7 +685,7 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
   for (int r = 0; r < RK; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int d = lane + 32 * r, vc = v0 + col + c;
+      const int d = srow(r), vc = v0 + col + c;
       st[r][c] = h0 ? h0[sbase + (vk ? std::int64_t(vc) * K + d : std::int64_t(d) * V + vc)] : 0.f;
       Ss[d * LDS + col + c] = st[r][c];
     }
@@ -674,14 +703,14 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
     __syncthreads();
     issue_colhalf<Cfg>(B1, w + WS::W, 1);
     cp_commit();
-    rows_times_s<Cfg>(acc, B0, Ss, lane, col, 0);
+    rows_times_s<Cfg, V5 ? 2 : 1>(acc, B0, Ss, lane, col, 0);
 
     // s1: W[:, K/2:K] (B1); Vn = U - W S.
     cp_wait_all();
     __syncthreads();
     issue_colhalf<Cfg>(B0, w + WS::Q, 0);
     cp_commit();
-    rows_times_s<Cfg>(acc, B1, Ss, lane, col, 1);
+    rows_times_s<Cfg, V5 ? 2 : 1>(acc, B1, Ss, lane, col, 1);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = lane + 32 * r;
@@ -696,14 +725,14 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
     __syncthreads();
     issue_colhalf<Cfg>(B1, w + WS::Q, 1);
     cp_commit();
-    rows_times_s<Cfg>(qs, B0, Ss, lane, col, 0);
+    rows_times_s<Cfg, V5 ? 2 : 1>(qs, B0, Ss, lane, col, 0);
 
     // s3: Q[:, K/2:K] (B1); o = scale (exp(G_i) q_i S + sum_{j <= i} P_ij Vn_j).
     cp_wait_all();
     __syncthreads();
     issue_rowhalf<Cfg>(B0, w + WS::Kd, 0);
     cp_commit();
-    rows_times_s<Cfg>(qs, B1, Ss, lane, col, 1);
+    rows_times_s<Cfg, V5 ? 2 : 1>(qs, B1, Ss, lane, col, 1);
     {
       float pv[2][4] = {};
       for (int j = 0; j < 32; j += 4) {
@@ -761,8 +790,7 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
       const int n0 = len < 32 ? len : 32;
       for (int i = 0; i < n0; ++i) {
         float kd[RK];
-#pragma unroll
-        for (int r = 0; r < RK; ++r) kd[r] = B0[i * LDK + lane + 32 * r];
+        load_kd<V5, RK>(kd, B0 + i * LDK, lane);
         const float4 x = *reinterpret_cast<const float4*>(&Vn[i * LDS + col]);
 #pragma unroll
         for (int r = 0; r < RK; ++r) {
@@ -785,8 +813,7 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
     cp_commit();
     for (int i = 32; i < len; ++i) {
       float kd[RK];
-#pragma unroll
-      for (int r = 0; r < RK; ++r) kd[r] = B1[(i - 32) * LDK + lane + 32 * r];
+      load_kd<V5, RK>(kd, B1 + (i - 32) * LDK, lane);
       const float4 x = *reinterpret_cast<const float4*>(&Vn[i * LDS + col]);
 #pragma unroll
       for (int r = 0; r < RK; ++r) {
@@ -800,7 +827,7 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
     // chunk's s4/s5 barriers order them after the Q S / W S reads).
 #pragma unroll
     for (int r = 0; r < RK; ++r)
-      *reinterpret_cast<float4*>(&Ss[(lane + 32 * r) * LDS + col]) =
+      *reinterpret_cast<float4*>(&Ss[srow(r) * LDS + col]) =
           make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
   }
   cp_wait_all();  // no copy may outlive the block (none is pending here: the last issue is guarded)
@@ -810,17 +837,18 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
     for (int r = 0; r < RK; ++r)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int d = lane + 32 * r, vc = v0 + col + c;
+        const int d = srow(r), vc = v0 + col + c;
         hT[sbase + (vk ? std::int64_t(vc) * K + d : std::int64_t(d) * V + vc)] = st[r][c];
       }
   }
 }
 
-// GDN_WYFP32_VARIANT = v3 | v4 (unset or unknown: v3, the measured default). Read per call, so
+// GDN_WYFP32_VARIANT = v3 | v4 | v5 (unset or unknown: v3, the measured default). Read per call, so
 // tests can switch variants by setting the variable between calls.
 int wy_fp32_variant() {
   const char* e = std::getenv("GDN_WYFP32_VARIANT");
   if (e && std::string(e) == "v4") return 4;
+  if (e && std::string(e) == "v5") return 5;
   return 3;
 }
 
@@ -829,7 +857,8 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   using CC = ChunkCfg<K, V>;
   using SC = StateCfg<K, V>;
   using SC4 = State4Cfg<K, V>;
-  const bool v4 = wy_fp32_variant() == 4;
+  const int variant = wy_fp32_variant();
+  const bool v4 = variant >= 4;  // v4 and v5 share the chunk kernel and the workspace layout
   cudaStream_t stream = stream_of(a);
   // Chunk table built on the device from cu_seqlens (by value or the caller's device copy):
   // no pageable upload, so the call is legal under stream capture. Sequences never share a
@@ -866,7 +895,8 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
     GDN_CUDA_LAUNCH_CHECK("wy_chunk_kernel");
   }
   if (v4) {
-    auto kern4 = wy_state_kernel_v4<OT, K, V>;
+    auto kern4 = variant == 5 ? wy_state_kernel_v4<OT, K, V, true>
+                              : wy_state_kernel_v4<OT, K, V, false>;
     GDN_CUDA_TRY(cudaFuncSetAttribute(kern4, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(SC4::smem_bytes)));
     kern4<<<dim3(V / SC4::VS, p.HV, s.N), SC4::NT, SC4::smem_bytes, stream>>>(
