@@ -33,7 +33,7 @@ for f in compare.jsonl compare.png; do [[ -f $L/$f ]] && mv "$L/$f" "$OUT/"; don
 timeout 60 build-gpu/gdn prefill --preset qwen3.5-27b --tokens 32768 --layers 1 --iters 2 \
   --json "$OUT/results.jsonl" > "$OUT/layer.txt" 2>&1
 if [[ ${GDN_TUNE:-0} == 1 ]]; then
-  timeout 150 build-gpu/gdn tune --max-len 32768 --budget-ms 60 --out "$L/tune.json" > "$L/tune.txt" 2>&1
+  timeout 100 build-gpu/gdn tune --max-len 32768 --max-tokens 65536 --budget-ms 50 --out "$L/tune.json" > "$L/tune.txt" 2>&1
   cp "$L/tune.txt" "$OUT/" 2>/dev/null; pack
 fi
 GDN_SANITIZE_FILTER=${GDN_SANITIZE_FILTER:-'DecodeGpu.N5*:DecodeGpu.VerifyT4*:*WyTc*T65*:*wy_tc*T65*:*WyFp32*T65*:CpGpu*'} run_stage sanitize
