@@ -23,27 +23,54 @@ namespace gdn::detail {
 
 namespace {
 
-// H200 (sm_90), qwen3.5-27b (HV 48) and qwen3-next (HV 32), K = V = 128, bf16 q/k/v, h0 in,
-// hT out; median ms from bench/results/2026-12-02-h200-r1-9ed6768.jsonl (commit 9ed6768).
-// Update from a `gdn tune` run by replacing these rows (or ship the tune file).
+// H200 (sm_90), K = V = 128, bf16 q/k/v, h0 in, hT out. HV 48 (qwen3.5-27b), 1 and 8 sequences
+// of 64..32768 tokens: the `gdn tune` run of 288b22a (bench/results/2026-12-03-h200-r4-288b22a-
+// tune.json). tune synchronises after every call and its WY times are ~1.3-2x the pipelined bench
+// figures (wy-tc 10.3 vs 5.4 ms at 32768; likely cause, not verified: the default memory pool
+// trims the workspace at each synchronisation and the next call maps it again); the ranking is
+// the same in both. HV 32 (qwen3-next), one sequence of 4096..131072: bench/compare.py
+// at 128eb09 (bench/results/2026-12-03-h200-compare-128eb09.jsonl). A fresh `gdn tune` file
+// (GDN_TUNE_FILE, ~/.cache/gdn) replaces this table.
 const TuneTable& h200_table() {
   static const TuneTable t = [] {
     TuneTable x;
     x.device = "NVIDIA H200";
     x.sm = 90;
-    x.source = "built-in (H200, 2026-12-02 records)";
-    // bench/results: serial and the wy-fp32 rows other than T=32768 from r1 (9ed6768; wy-fp32 v1,
-    // an upper bound for the shipped v3); wy-fp32 T=32768 from the final run (3646e9e, v3);
-    // wy-tc from 71d33ca (v2, the shipped version; its T=131072 figure is from that run's
-    // bench.log, the record line was cut by the call's time limit).
+    x.source = "built-in (H200: gdn tune 288b22a + compare.py 128eb09, 2026-12-03)";
     const struct { Arm arm; std::int64_t len, seqs, heads; double ms; } rows[] = {
-        {Arm::serial, 4096, 1, 48, 2.32},     {Arm::serial, 32768, 1, 48, 18.4},
-        {Arm::serial, 4096, 8, 48, 12.4},     {Arm::serial, 32768, 1, 32, 18.1},
-        {Arm::wy_fp32, 4096, 1, 48, 1.87},    {Arm::wy_fp32, 32768, 1, 48, 13.7},
-        {Arm::wy_fp32, 131072, 1, 48, 59.0},  {Arm::wy_fp32, 4096, 8, 48, 14.6},
-        {Arm::wy_fp32, 32768, 1, 32, 11.8},   {Arm::wy_tc, 4096, 1, 48, 1.53},
-        {Arm::wy_tc, 32768, 1, 48, 11.8},     {Arm::wy_tc, 131072, 1, 48, 47.0},
-        {Arm::wy_tc, 4096, 8, 48, 11.0},      {Arm::wy_tc, 32768, 1, 32, 9.01},
+        {Arm::serial, 64, 1, 48, 0.1617}, {Arm::wy_fp32, 64, 1, 48, 0.1763},
+        {Arm::wy_tc, 64, 1, 48, 0.1358}, {Arm::serial, 128, 1, 48, 0.1706},
+        {Arm::wy_fp32, 128, 1, 48, 0.1857}, {Arm::wy_tc, 128, 1, 48, 0.1387},
+        {Arm::serial, 256, 1, 48, 0.2463}, {Arm::wy_fp32, 256, 1, 48, 0.2326},
+        {Arm::wy_tc, 256, 1, 48, 0.1685}, {Arm::serial, 512, 1, 48, 0.3771},
+        {Arm::wy_fp32, 512, 1, 48, 0.3541}, {Arm::wy_tc, 512, 1, 48, 0.2705},
+        {Arm::serial, 1024, 1, 48, 0.7074}, {Arm::wy_fp32, 1024, 1, 48, 0.6365},
+        {Arm::wy_tc, 1024, 1, 48, 0.4479}, {Arm::serial, 2048, 1, 48, 1.327},
+        {Arm::wy_fp32, 2048, 1, 48, 1.174}, {Arm::wy_tc, 2048, 1, 48, 0.7552},
+        {Arm::serial, 4096, 1, 48, 2.504}, {Arm::wy_fp32, 4096, 1, 48, 2.182},
+        {Arm::wy_tc, 4096, 1, 48, 1.362}, {Arm::serial, 8192, 1, 48, 4.864},
+        {Arm::wy_fp32, 8192, 1, 48, 4.273}, {Arm::wy_tc, 8192, 1, 48, 2.594},
+        {Arm::serial, 16384, 1, 48, 9.63}, {Arm::wy_fp32, 16384, 1, 48, 8.339},
+        {Arm::wy_tc, 16384, 1, 48, 5.112}, {Arm::serial, 32768, 1, 48, 19.12},
+        {Arm::wy_fp32, 32768, 1, 48, 16.85}, {Arm::wy_tc, 32768, 1, 48, 10.31},
+        {Arm::serial, 64, 8, 48, 0.3814}, {Arm::wy_fp32, 64, 8, 48, 0.4337},
+        {Arm::wy_tc, 64, 8, 48, 0.2894}, {Arm::serial, 128, 8, 48, 0.5773},
+        {Arm::wy_fp32, 128, 8, 48, 0.7151}, {Arm::wy_tc, 128, 8, 48, 0.4667},
+        {Arm::serial, 256, 8, 48, 0.9615}, {Arm::wy_fp32, 256, 8, 48, 1.243},
+        {Arm::wy_tc, 256, 8, 48, 0.7496}, {Arm::serial, 512, 8, 48, 1.747},
+        {Arm::wy_fp32, 512, 8, 48, 2.274}, {Arm::wy_tc, 512, 8, 48, 1.29},
+        {Arm::serial, 1024, 8, 48, 3.293}, {Arm::wy_fp32, 1024, 8, 48, 4.297},
+        {Arm::wy_tc, 1024, 8, 48, 2.419}, {Arm::serial, 2048, 8, 48, 6.372},
+        {Arm::wy_fp32, 2048, 8, 48, 8.297}, {Arm::wy_tc, 2048, 8, 48, 4.768},
+        {Arm::serial, 4096, 8, 48, 12.66}, {Arm::wy_fp32, 4096, 8, 48, 16.64},
+        {Arm::wy_tc, 4096, 8, 48, 9.483}, {Arm::serial, 8192, 8, 48, 25.1},
+        {Arm::wy_fp32, 8192, 8, 48, 33.18}, {Arm::wy_tc, 8192, 8, 48, 19.43},
+        {Arm::serial, 4096, 1, 32, 2.278}, {Arm::wy_fp32, 4096, 1, 32, 1.326},
+        {Arm::wy_tc, 4096, 1, 32, 0.614}, {Arm::serial, 8192, 1, 32, 4.526},
+        {Arm::wy_fp32, 8192, 1, 32, 2.62}, {Arm::wy_tc, 8192, 1, 32, 1.175},
+        {Arm::serial, 32768, 1, 32, 18.02}, {Arm::wy_fp32, 32768, 1, 32, 10.38},
+        {Arm::wy_tc, 32768, 1, 32, 4.513}, {Arm::serial, 131072, 1, 32, 72.19},
+        {Arm::wy_fp32, 131072, 1, 32, 41.97}, {Arm::wy_tc, 131072, 1, 32, 17.91},
     };
     for (const auto& r : rows) x.points.push_back({r.arm, r.len, r.seqs, r.heads, r.ms});
     return x;
