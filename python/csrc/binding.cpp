@@ -8,6 +8,8 @@
 // (gdn_torch/_ops.py). The op is functional: it allocates o and the final state and mutates
 // nothing, so torch.compile can trace it and CUDA graphs can capture it (no host sync on the
 // fixed-length path, the current stream is used, check_values is off on CUDA).
+// Also gdn::decode_step and gdn::verify_step (step_impl below), which update a state pool in
+// place and declare it in their schemas (TORCH_LIBRARY at the end of this file).
 //
 // Errors: gdn::Status invalid_argument -> ValueError, unsupported -> NotImplementedError,
 // anything else -> RuntimeError; the message is the library's.
@@ -246,27 +248,86 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
   return {o.view({B, T, HV, V}), hT};
 }
 
-// One decode step (one token per sequence) over a pool of recurrent states, updated in place
-// (include/gdn/decode.hpp). q, k [N, HK, K]; v [N, HV, V]; g, beta [N, HV]; state [S, HV, K, V]
-// ([S, HV, V, K] with state_v_first), f32 or bf16, contiguous, mutated; state_indices [N] (a
-// negative index is a padding row: its state is not touched and its o row is zero). Returns o
-// [N, HV, V] in q's dtype. On CUDA: no host sync and no host-to-device copy (graph-capturable);
-// state_indices must then be a CUDA tensor, and state_indices_cpu (its host copy) enables the
-// range and duplicate checks (without it the kernel skips an out-of-range index, see decode.hpp).
-Tensor decode_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                   const Tensor& beta, const Tensor& state, const Tensor& state_indices,
-                   const std::optional<Tensor>& state_indices_cpu, std::optional<double> scale,
-                   bool use_qk_l2norm, const std::string& head_map, bool state_v_first) {
-  check_rank(q, 3, "q", "[N, H, K]");
-  check_rank(k, 3, "k", "[N, H, K]");
-  check_rank(v, 3, "v", "[N, HV, V]");
-  check_rank(g, 2, "g", "[N, HV]");
-  check_rank(beta, 2, "beta", "[N, HV]");
+// Decode (one token per sequence) and speculative verify (T = 1..16 draft tokens per sequence)
+// over a pool of recurrent states, updated in place (include/gdn/decode.hpp). Shapes, with
+// verify's token axis in parentheses: q, k [N, (T,) HK, K]; v [N, (T,) HV, V]; g, beta, a
+// [N, (T,) HV]; A_log, dt_bias [HV]; state [S, HV, K, V] ([S, HV, V, K] with state_v_first), f32
+// or bf16, contiguous, mutated; state_indices [N] (a negative index is a padding row: its state
+// and state_cache rows are not touched and its o rows are zero). Verify only: num_accepted [N]
+// (commit the state after that many tokens; all T when absent) and state_cache [N, T, HV, K, V]
+// (state's layout and dtype, contiguous, written in place). Gate: g, or the fused form
+// g = -exp(A_log) * softplus(a + dt_bias); beta_sigmoid: beta is a logit. Returns o
+// [N, (T,) HV, V] in q's dtype. On CUDA: no host sync and no host-to-device copy
+// (graph-capturable); index arrays must then be CUDA tensors, and their host copies
+// (state_indices_cpu, num_accepted_cpu) enable the range and duplicate checks before anything is
+// written (without them the kernel skips a bad row and flags nothing visible, see decode.hpp).
+struct StepGate {
+  const std::optional<Tensor>& g;
+  const std::optional<Tensor>& A_log;
+  const std::optional<Tensor>& a;
+  const std::optional<Tensor>& dt_bias;
+  bool beta_sigmoid;
+};
+
+// An optional int32/int64 [N] index tensor on `dev`, as int32 contiguous (a kernel on CUDA, no
+// sync); its optional host copy, checked for shape (and used on CUDA only: host calls always
+// validate their indices themselves).
+void index_arrays(const char* name, const Tensor& t, const std::optional<Tensor>& host,
+                  int64_t N, const at::Device& dev, bool on_device, Tensor* out,
+                  Tensor* out_host) {
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == N, "gdn: ", name, " must have shape [N] = [", N,
+                    "], got ", t.sizes());
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, "gdn: ", name,
+                    " must be int32 or int64, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == dev, "gdn: ", name, " is on ", t.device(), " but q is on ", dev);
+  *out = t.to(at::kInt).contiguous();
+  if (host.has_value()) {
+    TORCH_CHECK_VALUE(host->is_cpu() && host->dim() == 1 && host->size(0) == N, "gdn: ", name,
+                      "_cpu must be a CPU tensor of shape [N] = [", N, "], got ", host->sizes(),
+                      " on ", host->device());
+    TORCH_CHECK_VALUE(host->scalar_type() == at::kInt || host->scalar_type() == at::kLong,
+                      "gdn: ", name, "_cpu must be int32 or int64, got ", host->scalar_type());
+    if (on_device) *out_host = host->to(at::kInt).contiguous();
+  }
+}
+
+Tensor step_impl(bool verify, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const StepGate& gate, const Tensor& beta, const Tensor& state,
+                 const Tensor& state_indices, const std::optional<Tensor>& state_indices_cpu,
+                 const std::optional<Tensor>& num_accepted,
+                 const std::optional<Tensor>& num_accepted_cpu,
+                 const std::optional<Tensor>& state_cache, std::optional<double> scale,
+                 bool use_qk_l2norm, const std::string& head_map, bool state_v_first) {
+  const int r = verify ? 4 : 3;  // rank of q/k/v/o; g/beta/a have rank r - 1
+  check_rank(q, r, "q", verify ? "[N, T, H, K]" : "[N, H, K]");
+  check_rank(k, r, "k", verify ? "[N, T, H, K]" : "[N, H, K]");
+  check_rank(v, r, "v", verify ? "[N, T, HV, V]" : "[N, HV, V]");
+  check_rank(beta, r - 1, "beta", verify ? "[N, T, HV]" : "[N, HV]");
   check_rank(state, 4, "state", "[S, HV, K, V]");
-  const int64_t N = q.size(0), HK = q.size(1), K = q.size(2), HV = v.size(1), V = v.size(2);
+  const int64_t N = q.size(0), T = verify ? q.size(1) : 1, HK = q.size(r - 2), K = q.size(r - 1);
+  const int64_t HV = v.size(r - 2), V = v.size(r - 1);
   const bool on_device = q.is_cuda();
-  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}, {"g", &g},
-                         {"beta", &beta}, {"state", &state}, {"state_indices", &state_indices}})
+  const bool fused = !gate.g.has_value();
+  if (fused) {
+    TORCH_CHECK_VALUE(gate.A_log.has_value() && gate.a.has_value() && gate.dt_bias.has_value(),
+                      "gdn: gate: give g, or all of A_log, a and dt_bias (fused gate)");
+    check_rank(*gate.a, r - 1, "a", verify ? "[N, T, HV]" : "[N, HV]");
+    check_rank(*gate.A_log, 1, "A_log", "[HV]");
+    check_rank(*gate.dt_bias, 1, "dt_bias", "[HV]");
+  } else {
+    TORCH_CHECK_VALUE(!gate.A_log.has_value() && !gate.a.has_value() && !gate.dt_bias.has_value(),
+                      "gdn: gate: give either g or the fused gate (A_log, a, dt_bias), not both");
+    check_rank(*gate.g, r - 1, "g", verify ? "[N, T, HV]" : "[N, HV]");
+  }
+  std::vector<std::pair<const char*, const Tensor*>> all{
+      {"k", &k}, {"v", &v}, {"beta", &beta}, {"state", &state}};
+  if (fused) {
+    all.insert(all.end(), {{"A_log", &*gate.A_log}, {"a", &*gate.a}, {"dt_bias", &*gate.dt_bias}});
+  } else {
+    all.push_back({"g", &*gate.g});
+  }
+  if (state_cache.has_value()) all.push_back({"state_cache", &*state_cache});
+  for (auto [name, t] : all)
     TORCH_CHECK_VALUE(t->device() == q.device(), "gdn: ", name, " is on ", t->device(),
                       " but q is on ", q.device());
   TORCH_CHECK_VALUE(on_device || q.is_cpu(), "gdn: tensors must be on CPU or CUDA, got ",
@@ -275,12 +336,17 @@ Tensor decode_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                     "gdn: state must be float32 or bfloat16 (it is updated in place), got ",
                     state.scalar_type());
   TORCH_CHECK_VALUE(state.is_contiguous(), "gdn: state must be contiguous (updated in place)");
-  TORCH_CHECK_VALUE(state_indices.dim() == 1 && state_indices.size(0) == N,
-                    "gdn: state_indices must have shape [N] = [", N, "], got ",
-                    state_indices.sizes());
-  TORCH_CHECK_VALUE(
-      state_indices.scalar_type() == at::kInt || state_indices.scalar_type() == at::kLong,
-      "gdn: state_indices must be int32 or int64, got ", state_indices.scalar_type());
+  if (state_cache.has_value()) {
+    const Tensor& c = *state_cache;
+    const std::vector<int64_t> want = state_v_first ? std::vector<int64_t>{N, T, HV, V, K}
+                                                    : std::vector<int64_t>{N, T, HV, K, V};
+    TORCH_CHECK_VALUE(c.sizes() == at::IntArrayRef(want), "gdn: state_cache must have shape ",
+                      at::IntArrayRef(want), state_v_first ? " [N, T, HV, V, K]" : " [N, T, HV, K, V]",
+                      ", got ", c.sizes());
+    TORCH_CHECK_VALUE(c.scalar_type() == state.scalar_type(), "gdn: state_cache must have the "
+                      "state's dtype ", state.scalar_type(), ", got ", c.scalar_type());
+    TORCH_CHECK_VALUE(c.is_contiguous(), "gdn: state_cache must be contiguous (written in place)");
+  }
 
   gdn::Problem p = gdn::Problem::make(static_cast<int>(HK), static_cast<int>(HV),
                                       static_cast<int>(K), static_cast<int>(V));
@@ -302,42 +368,92 @@ Tensor decode_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const auto inner = [](const Tensor& t) {  // unit innermost stride, as the library wants
     return t.size(-1) > 1 && t.stride(-1) != 1 ? t.contiguous() : t;
   };
+  const auto f32 = [&](const Tensor& t) {
+    return inner(t.scalar_type() == at::kFloat ? t : t.to(at::kFloat));
+  };
+  const auto f32_or_half = [&](const Tensor& t, bool half_ok) {  // f32|bf16 (|f16) as is
+    const auto s = t.scalar_type();
+    return s == at::kFloat || s == at::kBFloat16 || (half_ok && s == at::kHalf) ? inner(t) : f32(t);
+  };
   const Tensor q_c = inner(q), k_c = inner(k), v_c = inner(v);
-  const Tensor g_f = inner(g.scalar_type() == at::kFloat ? g : g.to(at::kFloat));
-  const Tensor b_f = inner(beta.scalar_type() == at::kFloat || beta.scalar_type() == at::kBFloat16
-                               ? beta
-                               : beta.to(at::kFloat));
-  const Tensor idx = state_indices.to(at::kInt).contiguous();  // a kernel on CUDA, no sync
-  Tensor idx_host;
-  if (state_indices_cpu.has_value()) {
-    TORCH_CHECK_VALUE(state_indices_cpu->is_cpu() && state_indices_cpu->dim() == 1 &&
-                          state_indices_cpu->size(0) == N,
-                      "gdn: state_indices_cpu must be a CPU tensor of shape [N] = [", N,
-                      "], got ", state_indices_cpu->sizes(), " on ", state_indices_cpu->device());
-    if (on_device) idx_host = state_indices_cpu->to(at::kInt).contiguous();
+  const Tensor b_f = f32_or_half(beta, false);
+  Tensor g_f, A_f, a_f, dt_f;
+  if (fused) {
+    A_f = f32(*gate.A_log);
+    dt_f = f32(*gate.dt_bias);
+    a_f = f32_or_half(*gate.a, true);
+  } else {
+    g_f = f32(*gate.g);
   }
+  Tensor idx, idx_host, acc, acc_host;
+  index_arrays("state_indices", state_indices, state_indices_cpu, N, q.device(), on_device, &idx,
+               &idx_host);
+  TORCH_CHECK_VALUE(verify || (!num_accepted.has_value() && !num_accepted_cpu.has_value()),
+                    "gdn: num_accepted is a verify argument");
+  TORCH_CHECK_VALUE(num_accepted.has_value() || !num_accepted_cpu.has_value(),
+                    "gdn: num_accepted_cpu given without num_accepted");
+  if (num_accepted.has_value())
+    index_arrays("num_accepted", *num_accepted, num_accepted_cpu, N, q.device(), on_device, &acc,
+                 &acc_host);
   // Padding rows are skipped by the kernel (o untouched): zero them so the op returns no
   // uninitialized memory (one memset, capture-legal).
-  Tensor o = at::zeros({N, HV, V}, q.options());
+  Tensor o = at::zeros(verify ? std::vector<int64_t>{N, T, HV, V} : std::vector<int64_t>{N, HV, V},
+                       q.options());
+  if (N == 0) return o;
 
   gdn::DecodeArgs d;
   d.q = view_of(q_c, "q");
   d.k = view_of(k_c, "k");
   d.v = view_of(v_c, "v");
-  d.g = view_of(g_f, "g");
+  if (fused) {
+    d.A_log = view_of(A_f, "A_log");
+    d.a = view_of(a_f, "a");
+    d.dt_bias = view_of(dt_f, "dt_bias");
+  } else {
+    d.g = view_of(g_f, "g");
+  }
   d.beta = view_of(b_f, "beta");
+  d.beta_sigmoid = gate.beta_sigmoid;
   d.o = view_of(o, "o");
   d.state = view_of(state, "state");
-  d.state_indices = N > 0 ? idx.data_ptr<int32_t>() : nullptr;
-  if (idx_host.defined() && N > 0) d.state_indices_host = idx_host.data_ptr<int32_t>();
+  d.state_indices = idx.data_ptr<int32_t>();
+  if (idx_host.defined()) d.state_indices_host = idx_host.data_ptr<int32_t>();
+  if (acc.defined()) d.num_accepted = acc.data_ptr<int32_t>();
+  if (acc_host.defined()) d.num_accepted_host = acc_host.data_ptr<int32_t>();
+  if (state_cache.has_value() && state_cache->numel() > 0) d.state_cache = state_cache->data_ptr();
   d.on_device = on_device;
 #ifdef GDN_WITH_CUDA
   if (on_device) d.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
 #endif
-  if (N == 0) return o;
-  const gdn::Status st = gdn::decode(p, d);
+  const gdn::Status st = verify ? gdn::verify(p, d) : gdn::decode(p, d);
   if (!st.ok()) throw_status(st);
   return o;
+}
+
+Tensor decode_step(const Tensor& q, const Tensor& k, const Tensor& v,
+                   const std::optional<Tensor>& g, const Tensor& beta, const Tensor& state,
+                   const Tensor& state_indices, const std::optional<Tensor>& state_indices_cpu,
+                   std::optional<double> scale, bool use_qk_l2norm, const std::string& head_map,
+                   bool state_v_first, const std::optional<Tensor>& A_log,
+                   const std::optional<Tensor>& a, const std::optional<Tensor>& dt_bias,
+                   bool beta_sigmoid) {
+  return step_impl(false, q, k, v, StepGate{g, A_log, a, dt_bias, beta_sigmoid}, beta, state,
+                   state_indices, state_indices_cpu, std::nullopt, std::nullopt, std::nullopt,
+                   scale, use_qk_l2norm, head_map, state_v_first);
+}
+
+Tensor verify_step(const Tensor& q, const Tensor& k, const Tensor& v,
+                   const std::optional<Tensor>& g, const Tensor& beta, const Tensor& state,
+                   const Tensor& state_indices, const std::optional<Tensor>& state_indices_cpu,
+                   const std::optional<Tensor>& num_accepted,
+                   const std::optional<Tensor>& num_accepted_cpu,
+                   const std::optional<Tensor>& state_cache, std::optional<double> scale,
+                   bool use_qk_l2norm, const std::string& head_map, bool state_v_first,
+                   const std::optional<Tensor>& A_log, const std::optional<Tensor>& a,
+                   const std::optional<Tensor>& dt_bias, bool beta_sigmoid) {
+  return step_impl(true, q, k, v, StepGate{g, A_log, a, dt_bias, beta_sigmoid}, beta, state,
+                   state_indices, state_indices_cpu, num_accepted, num_accepted_cpu, state_cache,
+                   scale, use_qk_l2norm, head_map, state_v_first);
 }
 
 // ---- the GDN layer (include/gdn/layer.hpp) ----
@@ -606,19 +722,31 @@ TORCH_LIBRARY(gdn, m) {
       "Tensor? initial_state, bool output_final_state, Tensor? cu_seqlens, Tensor? cu_seqlens_cpu, "
       "bool use_qk_l2norm, str head_map, bool state_v_first, str arm) -> (Tensor, Tensor)");
   // state is mutated in place (declared with (a!) so functionalization and CUDA graphs see it).
+  // The fused-gate arguments come last, with defaults, so calls written before they existed
+  // still bind (g is optional: absent means the fused gate).
   m.def(
-      "decode_step(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state, "
+      "decode_step(Tensor q, Tensor k, Tensor v, Tensor? g, Tensor beta, Tensor(a!) state, "
       "Tensor state_indices, Tensor? state_indices_cpu, float? scale, bool use_qk_l2norm, "
-      "str head_map, bool state_v_first) -> Tensor");
+      "str head_map, bool state_v_first, Tensor? A_log=None, Tensor? a=None, "
+      "Tensor? dt_bias=None, bool beta_sigmoid=False) -> Tensor");
+  // state (always) and state_cache (when given) are mutated in place.
+  m.def(
+      "verify_step(Tensor q, Tensor k, Tensor v, Tensor? g, Tensor beta, Tensor(a!) state, "
+      "Tensor state_indices, Tensor? state_indices_cpu, Tensor? num_accepted, "
+      "Tensor? num_accepted_cpu, Tensor(b!)? state_cache, float? scale, bool use_qk_l2norm, "
+      "str head_map, bool state_v_first, Tensor? A_log, Tensor? a, Tensor? dt_bias, "
+      "bool beta_sigmoid) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(gdn, CPU, m) {
   m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule);
   m.impl("decode_step", &decode_step);
+  m.impl("verify_step", &verify_step);
 }
 #ifdef GDN_WITH_CUDA
 TORCH_LIBRARY_IMPL(gdn, CUDA, m) {
   m.impl("chunk_gated_delta_rule", &chunk_gated_delta_rule);
   m.impl("decode_step", &decode_step);
+  m.impl("verify_step", &verify_step);
 }
 #endif
 

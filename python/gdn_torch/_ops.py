@@ -35,8 +35,16 @@ def _chunk_gated_delta_rule_fake(q, k, v, g, beta, scale, initial_state, output_
 
 @torch.library.register_fake("gdn::decode_step")
 def _decode_step_fake(q, k, v, g, beta, state, state_indices, state_indices_cpu, scale,
-                      use_qk_l2norm, head_map, state_v_first):
+                      use_qk_l2norm, head_map, state_v_first, A_log=None, a=None, dt_bias=None,
+                      beta_sigmoid=False):
     return q.new_empty((q.shape[0], v.shape[1], v.shape[2]))
+
+
+@torch.library.register_fake("gdn::verify_step")
+def _verify_step_fake(q, k, v, g, beta, state, state_indices, state_indices_cpu, num_accepted,
+                      num_accepted_cpu, state_cache, scale, use_qk_l2norm, head_map,
+                      state_v_first, A_log, a, dt_bias, beta_sigmoid):
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[2], v.shape[3]))
 
 
 def _shape_error(name: str, want: str, t: torch.Tensor) -> ValueError:
@@ -155,11 +163,74 @@ def chunk_gated_delta_rule(
     return o, (hT if output_final_state else None)
 
 
+def _check_gate(g, A_log, a, dt_bias, lead, HV):
+    """The gate is g (log-decay) or the fused (A_log, a, dt_bias); shapes and dtypes of the one
+    given. ``lead`` is the token shape prefix ((N,) or (N, T)) as a tuple, for messages."""
+    fused = [t is not None for t in (A_log, a, dt_bias)]
+    dims = ", ".join(map(str, lead + (HV,)))
+    names = "[N, HV]" if len(lead) == 1 else "[N, T, HV]"
+    if g is None:
+        if not all(fused):
+            raise ValueError("gdn: gate: give g, or all of A_log, a and dt_bias (fused gate "
+                             "g = -exp(A_log) * softplus(a + dt_bias))")
+        for name, t, want in (("A_log", A_log, (HV,)), ("dt_bias", dt_bias, (HV,)),
+                              ("a", a, lead + (HV,))):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != want:
+                shape = "[HV]" if name != "a" else names
+                raise ValueError(f"gdn: {name} must have shape {shape} = "
+                                 f"[{', '.join(map(str, want))}], got {tuple(t.shape)}")
+            if not t.is_floating_point():
+                raise ValueError(f"gdn: {name} must be a floating-point tensor, got {t.dtype}")
+        return (("A_log", A_log), ("a", a), ("dt_bias", dt_bias))
+    if any(fused):
+        raise ValueError("gdn: gate: give either g or the fused gate (A_log, a, dt_bias), not both")
+    if not isinstance(g, torch.Tensor):
+        raise TypeError(f"gdn: g must be a torch.Tensor, got {type(g).__name__}")
+    if tuple(g.shape) != lead + (HV,):
+        raise _shape_error("g", f"{names} = [{dims}]", g)
+    if not g.is_floating_point():
+        raise ValueError(f"gdn: g must be a floating-point tensor, got {g.dtype}")
+    return (("g", g),)
+
+
+def _check_pool(state, HV, K, V, state_v_first):
+    if state.dim() != 4:
+        raise _shape_error("state", "[S, HV, K, V]", state)
+    want = (HV, V, K) if state_v_first else (HV, K, V)
+    if tuple(state.shape[1:]) != want:
+        raise ValueError(f"gdn: state must have shape [S, {', '.join(map(str, want))}], got "
+                         f"{tuple(state.shape)}")
+    if state.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"gdn: state must be float32 or bfloat16 (updated in place), got "
+                         f"{state.dtype}")
+    if not state.is_contiguous():
+        raise ValueError("gdn: state must be contiguous (it is updated in place)")
+
+
+def _check_index(name, t, N, device):
+    """An [N] int32/int64 index tensor on ``device`` (q's; the host for the ``*_cpu`` copies)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 1 or t.shape[0] != N:
+        raise _shape_error(name, f"[N] = [{N}]", t)
+    if t.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"gdn: {name} must be int32 or int64, got {t.dtype}")
+    if name.endswith("_cpu"):
+        if t.device.type != "cpu":
+            raise ValueError(f"gdn: {name} must be a CPU tensor (a host copy), got {t.device}")
+    elif t.device != device:
+        raise ValueError(f"gdn: {name} is on {t.device} but q is on {device}"
+                         + (" (on CUDA give the host copy as " + name + "_cpu as well)"
+                            if device.type == "cuda" else ""))
+
+
 def decode_step(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
+    g: Optional[torch.Tensor],
     beta: torch.Tensor,
     state: torch.Tensor,
     state_indices: torch.Tensor,
@@ -169,6 +240,10 @@ def decode_step(
     head_map: str = "grouped",
     state_v_first: bool = False,
     state_indices_cpu: Optional[torch.Tensor] = None,
+    A_log: Optional[torch.Tensor] = None,
+    a: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    beta_is_logit: bool = False,
 ) -> torch.Tensor:
     r"""One decode step (one token per sequence) over a pool of recurrent states, in place.
 
@@ -181,8 +256,10 @@ def decode_step(
     Args:
         q, k: ``[N, H, K]`` or ``[N, 1, H, K]``, bf16 | fp16 | fp32 (one dtype for q, k, v).
         v: ``[N, HV, V]`` or ``[N, 1, HV, V]``.
-        g: ``[N, HV]`` (or ``[N, 1, HV]``) log-decay <= 0, any float dtype (read as fp32).
-        beta: ``[N, HV]`` (or ``[N, 1, HV]``) in [0, 1], fp32 or bf16 (others read as fp32).
+        g: ``[N, HV]`` (or ``[N, 1, HV]``) log-decay <= 0, any float dtype (read as fp32); or
+            ``None`` with the fused gate (``A_log``, ``a``, ``dt_bias``) given instead.
+        beta: ``[N, HV]`` (or ``[N, 1, HV]``) in [0, 1] (the logit with ``beta_is_logit``),
+            fp32 or bf16 (others read as fp32).
         state: the state pool ``[S, HV, K, V]`` (``[S, HV, V, K]`` with ``state_v_first``), fp32
             or bf16, contiguous; **updated in place** for the live slots.
         state_indices: ``[N]`` int32/int64 slot of each sequence; a negative index is a padding
@@ -196,6 +273,12 @@ def decode_step(
             checked (in [0, S), distinct) and a bad one raises ValueError before anything is
             written. Without it the kernel skips a live index >= S (o row zero, state untouched)
             and duplicates are not detected. CPU calls always check.
+        A_log, a, dt_bias: the fused gate, in place of ``g``:
+            ``g = -exp(A_log[h]) * softplus(a[n, h] + dt_bias[h])`` (softplus as torch's, linear
+            above 20). A_log, dt_bias ``[HV]`` (read as fp32); a shaped like g, fp32 | bf16 |
+            fp16 (others read as fp32).
+        beta_is_logit: ``beta`` holds the logit b and ``beta = sigmoid(b)`` is taken in the
+            kernel.
 
     Returns:
         o, shaped like v (``[N, HV, V]`` or ``[N, 1, HV, V]``), in q's dtype.
@@ -204,7 +287,7 @@ def decode_step(
     fake kernel (torch.compile traces it) and on CUDA does no host synchronisation and no
     host-to-device copy (CUDA graphs capture it).
     """
-    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state),
+    for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("state", state),
                     ("state_indices", state_indices)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -212,12 +295,11 @@ def decode_step(
     if four:  # fla's [B, T=1, H, K] convention
         if q.shape[1] != 1 or v.dim() != 4 or v.shape[1] != 1 or k.shape != q.shape:
             raise ValueError(f"gdn: decode_step takes one token per sequence: q [N, 1, H, K] "
-                             f"and v [N, 1, HV, V], got q {tuple(q.shape)}, v {tuple(v.shape)}")
+                             f"and v [N, 1, HV, V], got q {tuple(q.shape)}, v {tuple(v.shape)}; "
+                             f"for several draft tokens use verify_step")
         q, k, v = q.squeeze(1), k.squeeze(1), v.squeeze(1)
-        if g.dim() == 3:
-            g = g.squeeze(1)
-        if beta.dim() == 3:
-            beta = beta.squeeze(1)
+        g, beta, a = (t.squeeze(1) if isinstance(t, torch.Tensor) and t.dim() == 3 else t
+                      for t in (g, beta, a))
     if q.dim() != 3:
         raise _shape_error("q", "[N, H, K]", q)
     if k.shape != q.shape:
@@ -226,48 +308,154 @@ def decode_step(
     if v.dim() != 3 or v.shape[0] != N:
         raise _shape_error("v", f"[{N}, HV, V]", v)
     HV, V = v.shape[1], v.shape[2]
-    for name, t in (("g", g), ("beta", beta)):
-        if tuple(t.shape) != (N, HV):
-            raise _shape_error(name, f"[N, HV] = [{N}, {HV}]", t)
+    gate = _check_gate(g, A_log, a, dt_bias, (N,), HV)
+    _check_common(q, k, v, beta, gate, state, (N,), H, HV, K, V, state_v_first, head_map)
+    _check_index("state_indices", state_indices, N, q.device)
+    if state_indices_cpu is not None:
+        _check_index("state_indices_cpu", state_indices_cpu, N, None)
+    if scale is not None:
+        scale = float(scale)
+    o = torch.ops.gdn.decode_step(q, k, v, g, beta, state, state_indices, state_indices_cpu,
+                                  scale, bool(use_qk_l2norm_in_kernel), head_map,
+                                  bool(state_v_first), A_log, a, dt_bias, bool(beta_is_logit))
+    return o.unsqueeze(1) if four else o
+
+
+def verify_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor],
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    *,
+    num_accepted: Optional[torch.Tensor] = None,
+    state_cache: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    head_map: str = "grouped",
+    state_v_first: bool = False,
+    state_indices_cpu: Optional[torch.Tensor] = None,
+    num_accepted_cpu: Optional[torch.Tensor] = None,
+    A_log: Optional[torch.Tensor] = None,
+    a: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    beta_is_logit: bool = False,
+) -> torch.Tensor:
+    r"""Speculative verify: T (1..16) draft tokens per sequence over a state pool, in place.
+
+    For each sequence n with slot s = state_indices[n] >= 0 and value head h, starting from
+    ``S = state[s, h]``, for t < T::
+
+        S = exp(g_t) S;  u_t = beta_t (v_t - S^T k_t);  S += k_t u_t^T;  o_t = scale S^T q_t
+
+    then ``state[s, h]`` = S after the first ``num_accepted[n]`` tokens (0: unchanged; all T
+    when ``num_accepted`` is None). o is computed for every token regardless.
+
+    Args:
+        q, k: ``[N, T, H, K]``, bf16 | fp16 | fp32 (one dtype for q, k, v); T in 1..16.
+        v: ``[N, T, HV, V]``.
+        g: ``[N, T, HV]`` log-decay <= 0 (read as fp32), or ``None`` with the fused gate.
+        beta: ``[N, T, HV]`` in [0, 1] (the logit with ``beta_is_logit``), fp32 or bf16.
+        state: the pool ``[S, HV, K, V]`` (``[S, HV, V, K]`` with ``state_v_first``), fp32 or
+            bf16, contiguous; **updated in place** for the live slots.
+        state_indices: ``[N]`` int32/int64 slots on q's device; negative = padding row (state
+            and state_cache rows untouched, o rows zero).
+
+    Keyword-only:
+        num_accepted: ``[N]`` int32/int64 on q's device, values in [0, T]: how many draft tokens
+            to commit to the pool. None: all T.
+        state_cache: ``[N, T, HV, K, V]`` (``[N, T, HV, V, K]`` with ``state_v_first``), the
+            pool's dtype, contiguous; **written in place** with the state after every token t
+            (independent of ``num_accepted``), so a rollback to any accepted prefix is a copy.
+        scale, use_qk_l2norm_in_kernel, head_map, state_v_first: as for ``decode_step``.
+        state_indices_cpu, num_accepted_cpu: on CUDA, host copies: indices in [0, S) and
+            distinct, counts in [0, T], checked before anything is written (ValueError).
+            Without them the kernel skips a sequence with a bad index or count (its o rows zero,
+            pool untouched) and duplicate indices are not detected. CPU calls always check.
+        A_log, a, dt_bias, beta_is_logit: the fused gate and sigmoid beta as for
+            ``decode_step``, with ``a`` shaped ``[N, T, HV]``.
+
+    Returns:
+        o ``[N, T, HV, V]`` in q's dtype.
+
+    The op (``torch.ops.gdn.verify_step``) declares its mutation of ``state`` and
+    ``state_cache`` in its schema, has a fake kernel (torch.compile traces it) and on CUDA runs
+    on the current stream with no host synchronisation and no host-to-device copy.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("state", state),
+                    ("state_indices", state_indices)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise _shape_error("q", "[N, T, H, K]", q)
+    if k.shape != q.shape:
+        raise ValueError(f"gdn: k must have q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
+    N, T, H, K = q.shape
+    if not 1 <= T <= 16:
+        raise ValueError(f"gdn: verify_step takes T = 1..16 draft tokens per sequence, got T={T} "
+                         f"(q {tuple(q.shape)})")
+    if v.dim() != 4 or tuple(v.shape[:2]) != (N, T):
+        raise _shape_error("v", f"[{N}, {T}, HV, V]", v)
+    HV, V = v.shape[2], v.shape[3]
+    gate = _check_gate(g, A_log, a, dt_bias, (N, T), HV)
+    _check_common(q, k, v, beta, gate, state, (N, T), H, HV, K, V, state_v_first, head_map)
+    _check_index("state_indices", state_indices, N, q.device)
+    if state_indices_cpu is not None:
+        _check_index("state_indices_cpu", state_indices_cpu, N, None)
+    if num_accepted is not None:
+        _check_index("num_accepted", num_accepted, N, q.device)
+    if num_accepted_cpu is not None:
+        if num_accepted is None:
+            raise ValueError("gdn: num_accepted_cpu given without num_accepted")
+        _check_index("num_accepted_cpu", num_accepted_cpu, N, None)
+    if state_cache is not None:
+        if not isinstance(state_cache, torch.Tensor):
+            raise TypeError(f"gdn: state_cache must be a torch.Tensor, got "
+                            f"{type(state_cache).__name__}")
+        want = (N, T, HV, V, K) if state_v_first else (N, T, HV, K, V)
+        if tuple(state_cache.shape) != want:
+            raise ValueError(f"gdn: state_cache must have shape "
+                             f"{'[N, T, HV, V, K]' if state_v_first else '[N, T, HV, K, V]'} = "
+                             f"{list(want)}, got {tuple(state_cache.shape)}")
+        if state_cache.dtype != state.dtype:
+            raise ValueError(f"gdn: state_cache must have the pool's dtype {state.dtype}, got "
+                             f"{state_cache.dtype}")
+        if state_cache.device != q.device:
+            raise ValueError(f"gdn: state_cache is on {state_cache.device} but q is on {q.device}")
+        if not state_cache.is_contiguous():
+            raise ValueError("gdn: state_cache must be contiguous (it is written in place)")
+    if scale is not None:
+        scale = float(scale)
+    return torch.ops.gdn.verify_step(q, k, v, g, beta, state, state_indices, state_indices_cpu,
+                                     num_accepted, num_accepted_cpu, state_cache, scale,
+                                     bool(use_qk_l2norm_in_kernel), head_map,
+                                     bool(state_v_first), A_log, a, dt_bias, bool(beta_is_logit))
+
+
+def _check_common(q, k, v, beta, gate, state, lead, H, HV, K, V, state_v_first, head_map):
+    """Checks shared by decode_step and verify_step (lead: (N,) or (N, T))."""
+    if tuple(beta.shape) != lead + (HV,):
+        names = "[N, HV]" if len(lead) == 1 else "[N, T, HV]"
+        raise _shape_error("beta", f"{names} = [{', '.join(map(str, lead + (HV,)))}]", beta)
     if H == 0 or HV % H != 0:
         raise ValueError(f"gdn: HV={HV} value heads must be a positive multiple of H={H}")
     if q.dtype not in _IO_DTYPES:
         raise ValueError(f"gdn: q dtype {q.dtype} not supported (bfloat16, float16, float32)")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"gdn: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    for name, t in (("g", g), ("beta", beta)):
-        if not t.is_floating_point():
-            raise ValueError(f"gdn: {name} must be a floating-point tensor, got {t.dtype}")
-    for name, t in (("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state),
-                    ("state_indices", state_indices)):
+    if not beta.is_floating_point():
+        raise ValueError(f"gdn: beta must be a floating-point tensor, got {beta.dtype}")
+    for name, t in (("k", k), ("v", v), ("beta", beta), ("state", state)) + tuple(gate):
         if t.device != q.device:
             raise ValueError(f"gdn: {name} is on {t.device} but q is on {q.device}")
     if q.is_cuda and not _CUDA_BUILT:
         raise RuntimeError("gdn: this gdn_torch build has no CUDA arms (no nvcc at build time, or "
                            "GDN_FORCE_CPU=1); rebuild with nvcc on PATH or pass CPU tensors")
-    if state.dim() != 4:
-        raise _shape_error("state", "[S, HV, K, V]", state)
-    want = (HV, V, K) if state_v_first else (HV, K, V)
-    if tuple(state.shape[1:]) != want:
-        raise ValueError(f"gdn: state must have shape [S, {', '.join(map(str, want))}], got "
-                         f"{tuple(state.shape)}")
-    if state.dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"gdn: state must be float32 or bfloat16 (updated in place), got "
-                         f"{state.dtype}")
-    if not state.is_contiguous():
-        raise ValueError("gdn: state must be contiguous (it is updated in place)")
-    if state_indices.dim() != 1 or state_indices.shape[0] != N:
-        raise _shape_error("state_indices", f"[N] = [{N}]", state_indices)
-    if state_indices.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"gdn: state_indices must be int32 or int64, got {state_indices.dtype}")
+    _check_pool(state, HV, K, V, state_v_first)
     if head_map not in _HEAD_MAPS:
         raise ValueError(f"gdn: head_map must be one of {_HEAD_MAPS}, got {head_map!r}")
-    if scale is not None:
-        scale = float(scale)
-    o = torch.ops.gdn.decode_step(q, k, v, g, beta, state, state_indices, state_indices_cpu,
-                                  scale, bool(use_qk_l2norm_in_kernel), head_map,
-                                  bool(state_v_first))
-    return o.unsqueeze(1) if four else o
 
 
 def device_info() -> dict:
