@@ -32,6 +32,7 @@
 
 #include "cuda/common/common.cuh"
 #include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_variants.hpp"
 #include "gdn/decode.hpp"
 
@@ -40,6 +41,7 @@ namespace {
 
 using cuda::from_f32;
 using cuda::to_f32;
+using namespace decode_dev;
 
 template <typename TS, int K, int BV, int THREADS>
 struct WTile {
@@ -55,47 +57,6 @@ struct WTile {
   static_assert(kRows >= 1 && kRows * kRowGroups == K, "K must split evenly over row groups");
   static_assert(K % 32 == 0 && BV <= 128, "staging: K / 32 and BV / 32 elements per lane");
 };
-
-__device__ __forceinline__ float any_load(const void* p, DType d, std::int64_t i) {
-  switch (d) {
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ float wsum(float x) {
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-
-template <typename TS, int VEC>
-__device__ __forceinline__ void unpack16(const uint4 r, float (&x)[VEC]) {
-  if constexpr (sizeof(TS) == 4) {
-    x[0] = __uint_as_float(r.x), x[1] = __uint_as_float(r.y);
-    x[2] = __uint_as_float(r.z), x[3] = __uint_as_float(r.w);
-  } else {
-    const unsigned w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      x[2 * e] = __uint_as_float(w[e] << 16);
-      x[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-    }
-  }
-}
-template <typename TS, int VEC>
-__device__ __forceinline__ void store16(TS* p, const float (&x)[VEC]) {  // streaming store
-  if constexpr (sizeof(TS) == 4) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(x[0], x[1], x[2], x[3]));
-  } else {
-    unsigned w[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      w[e] = unsigned(__bfloat16_as_ushort(__float2bfloat16_rn(x[2 * e]))) |
-             unsigned(__bfloat16_as_ushort(__float2bfloat16_rn(x[2 * e + 1]))) << 16;
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-  }
-}
 
 // Warp `warp` stages tokens warp, warp + kWarps, ... of sequence n / value head h into `tok`
 // (q, k normalized as in v1/v2: same operations, same order).
@@ -123,19 +84,19 @@ __device__ __forceinline__ void stage_tokens(const DecodeLaunch& L, float* tok, 
     float g = 0.f, beta = 0.f;
     if (lane == 0) {
       if (L.fused_gate) {
-        const float x = any_load(L.a, L.a_dtype, n * L.a_sn + t * L.a_st + h) + L.dt_bias[h];
+        const float x = load_any(L.a, L.a_dtype, n * L.a_sn + t * L.a_st + h) + L.dt_bias[h];
         const float sp = x > 20.f ? x : log1pf(expf(x));
         g = -expf(L.A_log[h]) * sp;
       } else {
         g = L.g[n * L.g_sn + t * L.g_st + h];
       }
-      beta = any_load(L.beta, L.beta_dtype, n * L.beta_sn + t * L.beta_st + h);
+      beta = load_any(L.beta, L.beta_dtype, n * L.beta_sn + t * L.beta_st + h);
       if (L.beta_sigmoid) beta = 1.f / (1.f + expf(-beta));
     }
 #pragma unroll
     for (int e = 0; e < E; ++e) sq += qv[e] * qv[e], sk += kv[e] * kv[e];
     if (L.l2norm) {
-      const float rq = rsqrtf(wsum(sq) + 1e-6f), rk = rsqrtf(wsum(sk) + 1e-6f);
+      const float rq = rsqrtf(warp_sum(sq) + 1e-6f), rk = rsqrtf(warp_sum(sk) + 1e-6f);
 #pragma unroll
       for (int e = 0; e < E; ++e) qv[e] *= rq, kv[e] *= rk;
     }
@@ -149,7 +110,7 @@ __device__ __forceinline__ void stage_tokens(const DecodeLaunch& L, float* tok, 
 #pragma unroll
     for (int e = 0; e < (BV + 31) / 32; ++e)
       if (lane + 32 * e < BV) rec[2 * K + lane + 32 * e] = vv[e];
-    kq = wsum(kq);
+    kq = warp_sum(kq);
     if (lane == 0) {
       rec[2 * K + BV] = expf(g);
       rec[2 * K + BV + 1] = beta;
@@ -235,13 +196,13 @@ __device__ __forceinline__ void run_tokens(const DecodeLaunch& L, float (&s)[WTi
     if (t + 1 == acc)
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        store16<TS, VEC>(st + (rg + r * C::kRowGroups) * V + col_base + colw, s[r]);
+        store_vec<TS, VEC>(st + (rg + r * C::kRowGroups) * V + col_base + colw, s[r]);
     if (L.cache) {
       TS* cp = static_cast<TS*>(L.cache) +
                ((static_cast<std::int64_t>(n) * L.T + t) * L.HV + h) * K * V;
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        store16<TS, VEC>(cp + (rg + r * C::kRowGroups) * V + col_base + colw, s[r]);
+        store_vec<TS, VEC>(cp + (rg + r * C::kRowGroups) * V + col_base + colw, s[r]);
     }
   }
 }
@@ -280,7 +241,7 @@ __global__ void __launch_bounds__(THREADS, MINB) v3_kernel(const DecodeLaunch L)
   stage_tokens<TI, K, BV, C::kWarps, C::kTok>(L, tok, n, h, kh, col_base, warp, lane);
   float s[R][VEC];
 #pragma unroll
-  for (int r = 0; r < R; ++r) unpack16<TS, VEC>(raw[r], s[r]);
+  for (int r = 0; r < R; ++r) unpack_vec<TS, VEC>(raw[r], s[r]);
   __syncthreads();  // tokens staged
   int step = 0;
   run_tokens<TI, TS, K, BV, THREADS>(L, s, tok, part, step, n, h, acc, st, col_base);
@@ -460,7 +421,7 @@ __global__ void __launch_bounds__(256, 1) v4_kernel(const DecodeLaunch L, const 
       const TS* tile = ring + stg * (K * BV);
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        unpack16<TS, VEC>(*reinterpret_cast<const uint4*>(tile + (rg + r * C::kRowGroups) * BV + vl * VEC),
+        unpack_vec<TS, VEC>(*reinterpret_cast<const uint4*>(tile + (rg + r * C::kRowGroups) * BV + vl * VEC),
                           s[r]);
     }
     __syncthreads();  // stage read by everyone, tokens staged

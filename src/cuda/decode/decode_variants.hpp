@@ -1,6 +1,7 @@
 // Decode/verify kernel variants, selectable at run time for measurement (issue #7):
-//   GDN_DECODE_VARIANT = v1 | v2 | v3 | v3w | v3s | v4 | v4w   (unset or unknown: the default, v2)
-//   v1   non-persistent, one block per (n, h, 32- or 16-column V slice)      decode_v1.cu
+//   GDN_DECODE_VARIANT = v2 | v3 | v3w | v3s | v4 | v4w   (unset or unknown: the default, v3)
+//   (v1, the first non-persistent kernel, was removed after it measured slower than v3 in every
+//   case: bench/results/2026-12-03-h200-r2-9b06ffe-decode-sweep.jsonl; it is in git at 3fa1f89)
 //   v2   persistent blocks, cp.async ring of 32-column slices                 decode.cu
 //   v3   non-persistent, one block per (n, h, full-width row slice), every
 //        token's inputs staged during the state load, one barrier per token  decode_v3.cu
@@ -18,10 +19,9 @@
 
 namespace gdn::detail {
 
-enum class DecodeVariant { v1, v2, v3, v3w, v3s, v4, v4w };
+enum class DecodeVariant { v2, v3, v3w, v3s, v4, v4w };
 DecodeVariant decode_variant();  // from GDN_DECODE_VARIANT
 
-Status cuda_decode_v1(const DecodeLaunch& L);
 Status cuda_decode_v2(const DecodeLaunch& L);
 // force: 0 auto, 1 wide, 2 small configuration.
 Status cuda_decode_v3(const DecodeLaunch& L, int force);
