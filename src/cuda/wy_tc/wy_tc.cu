@@ -136,6 +136,50 @@ __device__ __forceinline__ void split_pair(float a, float b, std::uint32_t& hi, 
   lo = pack_bf16(bf16_residual(a), bf16_residual(b));
 }
 
+// Inclusive prefix sum of g over the C = 64 rows of a chunk, in place, by one warp: lane owns
+// rows 2 lane and 2 lane + 1 (both chunk kernels).
+__device__ __forceinline__ void chunk_cumsum(float* sG) {
+  const int lane = threadIdx.x & 31;
+  const float a = sG[2 * lane], b = sG[2 * lane + 1];
+  float run = a + b;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float up = __shfl_up_sync(0xffffffffu, run, o);
+    if (lane >= o) run += up;
+  }
+  const float before = __shfl_up_sync(0xffffffffu, run, 1);
+  const float excl = lane == 0 ? 0.f : before;
+  sG[2 * lane] = excl + a;
+  sG[2 * lane + 1] = run;
+}
+
+// Column c of X = (I + A)^-1 (A strictly lower, C x C fp32 rows of stride LA in shared memory) by
+// forward substitution, X[i][c] = d_ic - sum_j<i A[i][j] X[j][c], one thread per column, the
+// column in registers (fully unrolled; X[j][c] = 0 for j < c), A rows read as float4 broadcasts,
+// four partial sums to shorten the dependency chain (both chunk kernels).
+template <int LA>
+__device__ __forceinline__ void solve_column(const float* sA, float* sX, int c) {
+  constexpr int C = Cfg::kChunk;
+  float x[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+    for (int j = 0; j + 3 < i; j += 4) {
+      const float4 a4 = *reinterpret_cast<const float4*>(&sA[i * LA + j]);
+      s0 += a4.x * x[j];
+      s1 += a4.y * x[j + 1];
+      s2 += a4.z * x[j + 2];
+      s3 += a4.w * x[j + 3];
+    }
+#pragma unroll
+    for (int j = i & ~3; j < i; ++j) s0 += sA[i * LA + j] * x[j];
+    const float xi = (i == c ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+    x[i] = i < c ? 0.f : xi;
+    sX[i * LA + c] = x[i];
+  }
+}
+
 // Workspace tiles per (global chunk, value head). Tiles that feed mma B operands are pre-split
 // into bf16 hi / lo planes, stored so that a B fragment register is one aligned 32-bit load
 // (row = the mma's n index, contiguous pairs along its k index).
@@ -230,19 +274,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
       for (int c = lane; c < K; c += 32) row[c] *= inv;
     }
   }
-  if (warp == 0) {  // inclusive prefix sum of g over the 64 rows: lane owns rows 2 lane, +1
-    const float a = sG[2 * lane], b = sG[2 * lane + 1];
-    float run = a + b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float up = __shfl_up_sync(0xffffffffu, run, o);
-      if (lane >= o) run += up;
-    }
-    const float before = __shfl_up_sync(0xffffffffu, run, 1);
-    const float excl = lane == 0 ? 0.f : before;
-    sG[2 * lane] = excl + a;
-    sG[2 * lane + 1] = run;
-  }
+  if (warp == 0) chunk_cumsum(sG);
   __syncthreads();
   if (tid < C) {
     sE[tid] = expf(sG[tid]);
@@ -302,28 +334,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
   }
   __syncthreads();  // sQ free for the values
   if (tid < C) {
-    // Column c of X = (I + A)^-1 by forward substitution, X[i][c] = d_ic - sum_j<i A[i][j] X[j][c],
-    // with the column in registers (fully unrolled; X[j][c] = 0 for j < c) and A rows read as
-    // float4 broadcasts; four partial sums shorten the dependency chain.
-    const int c = tid;
-    float x[C];
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-      for (int j = 0; j + 3 < i; j += 4) {
-        const float4 a4 = *reinterpret_cast<const float4*>(&sA[i * LA + j]);
-        s0 += a4.x * x[j];
-        s1 += a4.y * x[j + 1];
-        s2 += a4.z * x[j + 2];
-        s3 += a4.w * x[j + 3];
-      }
-#pragma unroll
-      for (int j = i & ~3; j < i; ++j) s0 += sA[i * LA + j] * x[j];
-      const float xi = (i == c ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
-      x[i] = i < c ? 0.f : xi;
-      sX[i * LA + c] = x[i];
-    }
+    solve_column<LA>(sA, sX, tid);
   } else {
     for (int i = tid - C; i < C * V; i += Cfg::kThreads - C) {
       const int r = i / V, c = i % V;
@@ -690,18 +701,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
   }
   cp_async_wait<0>();
   __syncthreads();
-  if (warp == 0) {  // inclusive prefix sum of g: lane owns rows 2 lane, 2 lane + 1
-    const float a = sG[2 * lane], b = sG[2 * lane + 1];
-    float run = a + b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float up = __shfl_up_sync(0xffffffffu, run, o);
-      if (lane >= o) run += up;
-    }
-    const float before = __shfl_up_sync(0xffffffffu, run, 1);
-    const float excl = lane == 0 ? 0.f : before;
-    sG[2 * lane] = excl + a;
-    sG[2 * lane + 1] = run;
+  if (warp == 0) {
+    chunk_cumsum(sG);
   } else if (kL2) {  // warps 1..3: row norms of k and q (rows of zeros get 1 / sqrt(1e-6))
     for (int r = warp - 1; r < 2 * C; r += Cfg::kThreads / 32 - 1) {
       const __nv_bfloat16* row = r < C ? sK + r * LB : sQ + (r - C) * LB;
@@ -787,27 +788,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
   }
   __syncthreads();  // sQ reads done
   if (tid < C) {
-    // Column c of X = (I + A)^-1 by forward substitution (as v2): X[i][c] = d_ic -
-    // sum_j<i A[i][j] X[j][c], the column in registers, A rows read as float4 broadcasts.
-    const int c = tid;
-    float x[C];
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-      for (int j = 0; j + 3 < i; j += 4) {
-        const float4 a4 = *reinterpret_cast<const float4*>(&sA[i * LA + j]);
-        s0 += a4.x * x[j];
-        s1 += a4.y * x[j + 1];
-        s2 += a4.z * x[j + 2];
-        s3 += a4.w * x[j + 3];
-      }
-#pragma unroll
-      for (int j = i & ~3; j < i; ++j) s0 += sA[i * LA + j] * x[j];
-      const float xi = (i == c ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
-      x[i] = i < c ? 0.f : xi;
-      sX[i * LA + c] = x[i];
-    }
+    solve_column<LA>(sA, sX, tid);
   } else {
     // Warps 2 and 3 meanwhile write Kd^T = (diag(D) K)^T, split.
     const int t2 = tid - C;
