@@ -1,7 +1,10 @@
 // Helpers shared by the GPU test files (one copy, not one per arm).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -35,6 +38,40 @@ inline check::CaseSpec spec_of(std::vector<int> lens, int HK, int HV, int K, int
   s.K = K;
   s.V = V;
   return s;
+}
+
+
+// Sets environment variable `name` to `value` for this object's lifetime (the run-time kernel
+// variant switches, GDN_*_VARIANT), then restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* prev = std::getenv(name);
+    had_ = prev != nullptr;
+    if (had_) saved_ = prev;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, saved_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
+// Runs f(v) once per value v of environment variable `name` (e.g. every kernel variant).
+template <std::size_t N, typename F>
+void for_each_env(const char* name, const char* const (&values)[N], F&& f) {
+  for (const char* v : values) {
+    ScopedEnv env(name, v);
+    SCOPED_TRACE(std::string(name) + "=" + v);
+    f(v);
+  }
 }
 
 }  // namespace gdn::testutil

@@ -12,6 +12,7 @@
 
 #include "cuda/decode/decode_ref.hpp"
 #include "gdn/decode.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 
@@ -21,19 +22,11 @@ using gdn::decode_ref::FixtureSpec;
 
 #define CU(x) ASSERT_EQ(cudaSuccess, (x)) << #x
 
-// Runs f once per decode kernel variant (env GDN_DECODE_VARIANT set for the call, restored after).
-constexpr const char* kVariants[] = {"v2", "v1", "v3", "v3w", "v3s", "v4", "v4w"};
+// Runs f once per decode kernel variant (GDN_DECODE_VARIANT set for the call, restored after).
+constexpr const char* kVariants[] = {"v2", "v3", "v3w", "v3s", "v4", "v4w"};
 template <typename F>
 void each_variant(F&& f) {
-  const char* prev = std::getenv("GDN_DECODE_VARIANT");
-  const std::string saved = prev ? prev : "";
-  for (const char* v : kVariants) {
-    setenv("GDN_DECODE_VARIANT", v, 1);
-    SCOPED_TRACE(std::string("GDN_DECODE_VARIANT=") + v);
-    f(v);
-  }
-  if (prev) setenv("GDN_DECODE_VARIANT", saved.c_str(), 1);
-  else unsetenv("GDN_DECODE_VARIANT");
+  gdn::testutil::for_each_env("GDN_DECODE_VARIANT", kVariants, std::forward<F>(f));
 }
 
 // Device copies of a fixture's buffers; download() writes results back into the fixture.

@@ -27,30 +27,17 @@ using testutil::spec_of;
 
 constexpr std::uint64_t kSeed = 4404;
 
-// Runs f once per wy-fp32 kernel variant (env GDN_WYFP32_VARIANT set for the call, restored after).
+// Runs f once per wy-fp32 kernel variant (GDN_WYFP32_VARIANT set for the call, restored after).
 constexpr const char* kVariants[] = {"v3", "v4", "v5"};
 template <typename F>
 void each_variant(F&& f) {
-  const char* prev = std::getenv("GDN_WYFP32_VARIANT");
-  const std::string saved = prev ? prev : "";
-  for (const char* v : kVariants) {
-    setenv("GDN_WYFP32_VARIANT", v, 1);
-    SCOPED_TRACE(std::string("GDN_WYFP32_VARIANT=") + v);
-    f(v);
-  }
-  if (prev) setenv("GDN_WYFP32_VARIANT", saved.c_str(), 1);
-  else unsetenv("GDN_WYFP32_VARIANT");
+  testutil::for_each_env("GDN_WYFP32_VARIANT", kVariants, std::forward<F>(f));
 }
 
-// Runs the arm with one variant (env set for the call, restored after).
+// Runs the arm with one variant.
 check::ArmOutput run_variant(const char* variant, const check::Case& c) {
-  const char* prev = std::getenv("GDN_WYFP32_VARIANT");
-  const std::string saved = prev ? prev : "";
-  setenv("GDN_WYFP32_VARIANT", variant, 1);
-  check::ArmOutput out = check::run_arm(Arm::wy_fp32, c, true);
-  if (prev) setenv("GDN_WYFP32_VARIANT", saved.c_str(), 1);
-  else unsetenv("GDN_WYFP32_VARIANT");
-  return out;
+  testutil::ScopedEnv env("GDN_WYFP32_VARIANT", variant);
+  return check::run_arm(Arm::wy_fp32, c, true);
 }
 
 // First index where a and b differ as values (-0 == +0; NaN never equal), -1 if none.
