@@ -50,6 +50,19 @@ void throw_status(const gdn::Status& st) {
   TORCH_CHECK(false, msg);
 }
 
+// The problem descriptor every op builds from its tensors' sizes and options.
+gdn::Problem make_problem(int64_t HK, int64_t HV, int64_t K, int64_t V, const std::string& head_map,
+                          std::optional<double> scale, bool use_qk_l2norm, bool state_v_first) {
+  gdn::Problem p = gdn::Problem::make(static_cast<int>(HK), static_cast<int>(HV),
+                                      static_cast<int>(K), static_cast<int>(V));
+  TORCH_CHECK_VALUE(gdn::parse_head_map(head_map, &p.head_map), "gdn: unknown head_map '",
+                    head_map, "' (grouped, tiled)");
+  if (scale.has_value()) p.scale = static_cast<float>(*scale);
+  p.qk_l2norm = use_qk_l2norm;
+  p.state_layout = state_v_first ? gdn::StateLayout::vk : gdn::StateLayout::kv;
+  return p;
+}
+
 gdn::DType to_gdn_dtype(const Tensor& t, const char* name) {
   switch (t.scalar_type()) {
     case at::kFloat: return gdn::DType::f32;
@@ -127,13 +140,8 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
   gdn::Arm arm_e;
   TORCH_CHECK_VALUE(gdn::parse_arm(arm, &arm_e), "gdn: unknown arm '", arm,
                     "' (auto, cpu, serial, wy-fp32, wy-tc)");
-  gdn::Problem p = gdn::Problem::make(static_cast<int>(HK), static_cast<int>(HV),
-                                      static_cast<int>(K), static_cast<int>(V));
-  TORCH_CHECK_VALUE(gdn::parse_head_map(head_map, &p.head_map), "gdn: unknown head_map '",
-                    head_map, "' (grouped, tiled)");
-  if (scale.has_value()) p.scale = static_cast<float>(*scale);
-  p.qk_l2norm = use_qk_l2norm;
-  p.state_layout = state_v_first ? gdn::StateLayout::vk : gdn::StateLayout::kv;
+  const gdn::Problem p =
+      make_problem(HK, HV, K, V, head_map, scale, use_qk_l2norm, state_v_first);
 
 #ifdef GDN_WITH_CUDA
   std::optional<c10::cuda::CUDAGuard> guard;
@@ -348,13 +356,8 @@ Tensor step_impl(bool verify, const Tensor& q, const Tensor& k, const Tensor& v,
     TORCH_CHECK_VALUE(c.is_contiguous(), "gdn: state_cache must be contiguous (written in place)");
   }
 
-  gdn::Problem p = gdn::Problem::make(static_cast<int>(HK), static_cast<int>(HV),
-                                      static_cast<int>(K), static_cast<int>(V));
-  TORCH_CHECK_VALUE(gdn::parse_head_map(head_map, &p.head_map), "gdn: unknown head_map '",
-                    head_map, "' (grouped, tiled)");
-  if (scale.has_value()) p.scale = static_cast<float>(*scale);
-  p.qk_l2norm = use_qk_l2norm;
-  p.state_layout = state_v_first ? gdn::StateLayout::vk : gdn::StateLayout::kv;
+  const gdn::Problem p =
+      make_problem(HK, HV, K, V, head_map, scale, use_qk_l2norm, state_v_first);
 
 #ifdef GDN_WITH_CUDA
   std::optional<c10::cuda::CUDAGuard> guard;
