@@ -23,7 +23,11 @@ if [[ -x scripts/gpu_decode_sweep.sh && ${GDN_DECODE_SWEEP:-1} == 1 ]]; then
 fi
 GDN_BENCH_CASES=${GDN_BENCH_CASES:-"--arm wy-tc --tokens 32768;--arm wy-tc --tokens 4096 --no-check;--arm wy-tc --tokens 32768 --seqs 8 --no-check;--arm wy-tc --preset qwen3-next-80b --tokens 32768 --no-check;--arm wy-fp32 --tokens 32768;--decode --seqs 256;--decode --seqs 1;--decode --seqs 64 --verify-tokens 4"} \
   run_stage bench
-OUT=$L GDN_PY_PREBUILT=0 GDN_LIBGDN=$PWD/build-gpu/libgdn.a \
+# The extension is built the way users build it (every source compiled there by one toolchain)
+# unless GDN_PY_HYBRID=1 links the libgdn.a prebuilt here (faster, but a second compiler and C++
+# runtime in one binary: the native Layer error path crashed that way at 288b22a).
+PY_LIB=""; [[ ${GDN_PY_HYBRID:-0} == 1 ]] && PY_LIB=$PWD/build-gpu/libgdn.a
+OUT=$L GDN_PY_PREBUILT=0 GDN_LIBGDN=$PY_LIB \
   GDN_CUDA_ARCH_FLAGS="-gencode=arch=compute_90a,code=sm_90a" GDN_SKIP_COMPARE=$((1 - ${GDN_COMPARE:-0})) \
   timeout "${GDN_PY_TIMEOUT:-150}" bash scripts/gpu_python.sh > "$L/python_run.log" 2>&1
 { tail -25 "$L/pytest.log"; echo "== test_layer.py"; tail -25 "$L/pytest_layer.log"; } > "$OUT/pytest.txt" 2>/dev/null
