@@ -83,6 +83,8 @@ if with_cuda:
         "-U__CUDA_NO_BFLOAT16_OPERATORS__",
     ]
     defines.append(("GDN_WITH_CUDA", "1"))
+    if "sm_90a" in " ".join(gencode):  # wgmma kernels (wy-tc v6 state pass) have an sm_90a image
+        defines.append(("GDN_SM90A", "1"))
     ext = cpp_extension.CUDAExtension(
         name="gdn_torch._C",
         sources=binding_sources + lib_sources,

@@ -382,6 +382,8 @@ struct StateParams {
   const std::int32_t* chunk_len;   // [NC]
   const std::int32_t* seq_chunk0;  // [N+1] first global chunk of each sequence
   int HV;
+  bool wg_swap;  // v6 only: LBO / SBO exchanged in the wgmma descriptors (GDN_WYTC_WG_SWAP=1,
+                 // a diagnostic for the descriptor convention; the parity tests fail with it)
   Workspace ws;
 };
 
@@ -612,6 +614,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
       for (int e = 0; e < 4; ++e) p.hT[sidx(e, nt)] = st[nt][e];
   }
 }
+
+#include "cuda/wy_tc/wy_tc_state_wgmma.cuh"
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -873,6 +877,28 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
+
+// The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
+// sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
+// capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
+bool use_wg_state() {
+#if defined(GDN_SM90A)
+  if (env_is("GDN_WYTC_STATE", "v5")) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
 // The v5 chunk kernel reads q, k, v as bf16 in 16-byte pieces: bf16 io with 16-byte aligned
 // rows. GDN_WYTC_CHUNK=v2 forces the v2 kernel (A/B measurements in one build).
 bool use_v5_chunk(const Problem& pr, const PrefillArgs& a) {
@@ -992,15 +1018,21 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.ws = ws;
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
+  const bool wg = use_wg_state();
+  sp.wg_swap = wg && env_is("GDN_WYTC_WG_SWAP", "1");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
-    auto kern = wy_tc_state_kernel<TOut, K, V>;
-    constexpr std::size_t smem = StateSmem<K, V>::bytes;
-    GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem)));
-    kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
-    GDN_CUDA_LAUNCH_CHECK("wy_tc_state_kernel");
-    return Status::Ok();
+    auto go = [&](auto kern, std::size_t smem, const char* name) -> Status {
+      GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+      kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
+      return cuda::from_cuda(cudaGetLastError(), name);
+    };
+    if (wg)
+      return go(wy_tc_state_kernel_wg<TOut, K, V>, StateSmemWg<K, V>::bytes,
+                "wy_tc_state_kernel_wg launch");
+    return go(wy_tc_state_kernel<TOut, K, V>, StateSmem<K, V>::bytes,
+              "wy_tc_state_kernel launch");
   });
   // The scratch is freed stream-ordered (cudaFreeAsync) after the kernels; no host sync here.
   return ls;
