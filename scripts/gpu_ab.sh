@@ -34,7 +34,7 @@ for e in "${EL[@]}"; do
     # shellcheck disable=SC2086
     if [[ $e == - ]]; then out=$(timeout 120 "$G/gdn" bench $c --json "$OUT/results.jsonl" 2>&1)
     else out=$(env $e timeout 120 "$G/gdn" bench $c --json "$OUT/results.jsonl" 2>&1); fi
-    echo "[$e] $c :: $(echo "$out" | grep -E "ms|err" | tail -3 | tr '\n' ' ')" >> "$OUT/ab.txt"
+    echo "[$e] $c :: $(echo "$out" | tail -2 | tr "\n" " ")" >> "$OUT/ab.txt"
   done
 done
 if [[ -n ${GDN_PROFILE_CASES:-} ]]; then
