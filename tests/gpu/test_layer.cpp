@@ -71,15 +71,17 @@ struct Dev {
 
 // Runs GPU prefill over packed sequences in shuffled slots with random initial states and
 // compares y and every slot's final states with the oracle.
-void prefill_vs_oracle(gdn::Arm arm, const std::vector<int>& lens, std::uint64_t seed) {
-  gl::Config c;
-  ASSERT_TRUE(gl::preset("tiny", &c));
+void prefill_vs_oracle(const gl::Config& c, gdn::Arm arm, const std::vector<int>& lens,
+                       std::uint64_t seed) {
+  ASSERT_TRUE(c.validate().ok()) << c.validate().message();
   const gl::Weights w = gl::synthesize(c, seed);
   const int N = static_cast<int>(lens.size()), pool = N + 1;
   std::vector<std::int32_t> cu = {0}, slots;
   for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back(N - n);  // distinct, shuffled (reversed)
   const std::int64_t T = cu.back();
-  const std::string ctx = std::string("arm ") + gdn::to_string(arm) + " tiny T=" + std::to_string(T);
+  const std::string ctx = std::string("arm ") + gdn::to_string(arm) + " " + c.name + " HK" +
+                          std::to_string(c.HK) + " HV" + std::to_string(c.HV) + " KW" +
+                          std::to_string(c.conv_kernel) + " T=" + std::to_string(T);
 
   std::unique_ptr<gl::GpuLayer> L;
   gdn::Status st = gl::GpuLayer::create(c, w, pool, &L);
@@ -116,11 +118,28 @@ void prefill_vs_oracle(gdn::Arm arm, const std::vector<int>& lens, std::uint64_t
     std::vector<float> cs, ss;
     ASSERT_TRUE(L->get_state(slots[n], &cs, &ss).ok());
     const std::string cn = ctx + " seq " + std::to_string(n) + " slot " + std::to_string(slots[n]);
-    expect_within("conv state", std::vector<double>(ref_state.conv.begin() + n * csz, ref_state.conv.begin() + (n + 1) * csz),
-                  std::vector<double>(cs.begin(), cs.end()), kBoundConv, cn);
+    if (csz > 0)  // conv kernel 1 keeps no conv state
+      expect_within("conv state", std::vector<double>(ref_state.conv.begin() + n * csz, ref_state.conv.begin() + (n + 1) * csz),
+                    std::vector<double>(cs.begin(), cs.end()), kBoundConv, cn);
     expect_within("recurrent state", std::vector<double>(ref_state.ssm.begin() + n * ssz, ref_state.ssm.begin() + (n + 1) * ssz),
                   std::vector<double>(ss.begin(), ss.end()), kBoundSsm, cn);
   }
+}
+
+void prefill_vs_oracle(gdn::Arm arm, const std::vector<int>& lens, std::uint64_t seed) {
+  gl::Config c;
+  ASSERT_TRUE(gl::preset("tiny", &c));
+  prefill_vs_oracle(c, arm, lens, seed);
+}
+
+// Geometries for the kernels' other paths. "tiny" (P = 776, V = 64) takes the 16-byte conv and
+// norm paths; HV = 6 makes P = CD + VD + 12 not a multiple of 8, so the conv runs on bf16 pairs
+// and the norm one element per lane.
+gl::Config tiny_with(int HK, int HV, int conv_kernel) {
+  gl::Config c;
+  EXPECT_TRUE(gl::preset("tiny", &c));
+  c.HK = HK, c.HV = HV, c.conv_kernel = conv_kernel;
+  return c;
 }
 
 }  // namespace
@@ -130,12 +149,26 @@ TEST(layer_gpu, prefill_tiny_T37_0_70_serial) { prefill_vs_oracle(gdn::Arm::seri
 TEST(layer_gpu, prefill_tiny_T37_0_70_wy_fp32) { prefill_vs_oracle(gdn::Arm::wy_fp32, {37, 0, 70}, 103); }
 TEST(layer_gpu, prefill_tiny_T37_0_70_wy_tc) { prefill_vs_oracle(gdn::Arm::wy_tc, {37, 0, 70}, 104); }
 TEST(layer_gpu, prefill_tiny_T200_auto) { prefill_vs_oracle(gdn::Arm::automatic, {200}, 105); }
+// Sequence starts inside one 32-token conv run, sequences shorter than the conv window (their
+// new conv state mixes the old state and the new tokens), empty ones, runs split by boundaries.
+TEST(layer_gpu, prefill_tiny_short_sequences_auto) {
+  prefill_vs_oracle(gdn::Arm::automatic, {1, 2, 0, 3, 26, 1, 33, 0, 5, 64, 2}, 106);
+}
+// Conv kernel widths other than 4 (the conv kernel is instantiated per width).
+TEST(layer_gpu, prefill_tiny_conv_kernel_1_2_6_8_auto) {
+  for (int kw : {1, 2, 6, 8})
+    prefill_vs_oracle(tiny_with(2, 4, kw), gdn::Arm::automatic, {1, 45, 0, 7}, 107 + kw);
+}
+// P not a multiple of 8: the 4-byte conv path and the one-element norm path.
+TEST(layer_gpu, prefill_unaligned_P_fallback_paths_auto) {
+  for (int kw : {4, 3})
+    prefill_vs_oracle(tiny_with(2, 6, kw), gdn::Arm::automatic, {37, 0, 2, 70}, 117 + kw);
+}
 
+namespace {
 // Prefill of T0 tokens, then decode steps, equals the oracle's one prefill of T0 + steps tokens
 // and the GPU's own one prefill of the whole sequence.
-TEST(layer_gpu, prefill_T45_then_6_decode_steps_equals_prefill_T51) {
-  gl::Config c;
-  ASSERT_TRUE(gl::preset("tiny", &c));
+void prefill_then_decode(const gl::Config& c) {
   const gl::Weights w = gl::synthesize(c, 201);
   const int T0 = 45, steps = 6, T = T0 + steps;
   const auto x16 = random_bf16(static_cast<std::size_t>(T) * c.hidden, 202);
@@ -180,6 +213,16 @@ TEST(layer_gpu, prefill_T45_then_6_decode_steps_equals_prefill_T51) {
   expect_within("recurrent state vs GPU prefill T51", std::vector<double>(ss_b.begin(), ss_b.end()),
                 std::vector<double>(ss_a.begin(), ss_a.end()), kBoundSsm, "split");
 }
+}  // namespace
+
+TEST(layer_gpu, prefill_T45_then_6_decode_steps_equals_prefill_T51) {
+  gl::Config c;
+  ASSERT_TRUE(gl::preset("tiny", &c));
+  prefill_then_decode(c);
+}
+// The same on a geometry with P not a multiple of 8 (the norm's one-element path, in prefill and
+// in decode; the conv's 4-B path in prefill).
+TEST(layer_gpu, prefill_T45_then_6_decode_steps_unaligned_P) { prefill_then_decode(tiny_with(2, 6, 4)); }
 
 TEST(layer_gpu, bad_calls_are_rejected) {
   gl::Config c;

@@ -2,10 +2,13 @@
 // with small elementwise kernels between them.
 //
 // Kernels in this file:
-//   conv_silu_kernel         prefill: causal depthwise conv (state-prefixed) + SiLU, q|k|v channels
+//   conv_silu_kernel         prefill: causal depthwise conv (state-prefixed) + SiLU, q|k|v channels;
+//                            8 channels x 32 tokens per thread, 16-B accesses, window in registers
 //   conv_state_kernel        prefill: the last kernel-1 conv inputs of each sequence -> its slot
 //   gates_kernel             beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
-//   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z), one warp per (token, value head)
+//   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z) per (token, value head) row, V/8 lanes
+//                            per row with 16-B accesses
+// (conv and norm: docs/NOTES.md "layer conv/norm kernels v2" for their byte floors.)
 //   decode_conv_kernel       decode: conv over the slot's state + the new token, state shifted
 // The decode recurrence is gdn::decode (include/gdn/decode.hpp, the decode arm's kernel) on strided
 // q/k/v views of the conv output with the slot pool as its state pool, updated in place.
@@ -31,17 +34,84 @@ using cuda::from_cuda;
 namespace {
 
 struct ConvTile {
-  static constexpr int kThreads = 128;  // channel pairs per block: 512 B of a token row, coalesced
-  static constexpr int kTokens = 16;    // tokens per block: the kernel-1 halo rows re-read from L1/L2
-                                        // are 3/16 of the tile's reads
-  static constexpr int kMaxKernel = 8;  // conv taps held in registers (Config::validate caps it)
+  static constexpr int kThreads = 128;  // channel vectors per block: 2 KB of a token row (vec 8)
+  static constexpr int kTokens = 32;    // tokens per thread: the kernel-1 halo rows it re-reads
+                                        // (from L2) are 3/32 of its reads
+  static constexpr int kBatch = 8;      // rows loaded before the first is used: 8 x 16 B in flight
+  static constexpr int kMaxKernel = 8;  // Config::validate caps the conv kernel
 };
 struct NormTile {
-  static constexpr int kWarps = 8;     // rows (token, head) per 256-thread block
-  static constexpr int kPerLane = 8;   // V <= 256 = 32 lanes x 8
+  static constexpr int kThreads = 256;
+  static constexpr int kMaxV = 256;  // Config::validate caps the head dims
 };
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+// VEC consecutive bf16 elements as one load/store: 16 B (VEC 8) when every row start and column
+// offset is a multiple of 8 elements, else 4 B (VEC 2: the conv widths are even,
+// Config::validate) or 2 B (VEC 1: the norm, whose head dim V may be odd).
+template <int VEC> struct BfVec;
+template <> struct BfVec<8> {
+  uint4 r;
+  __device__ __forceinline__ void load(const bf16* p) { r = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void store(bf16* p) const { *reinterpret_cast<uint4*>(p) = r; }
+  __device__ __forceinline__ bf162 pair(int i) const {
+    const unsigned u = i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+    return *reinterpret_cast<const bf162*>(&u);
+  }
+  __device__ __forceinline__ void set_pair(int i, bf162 h) {
+    const unsigned u = *reinterpret_cast<const unsigned*>(&h);
+    (i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w) = u;
+  }
+};
+template <> struct BfVec<2> {
+  bf162 r;
+  __device__ __forceinline__ void load(const bf16* p) { r = *reinterpret_cast<const bf162*>(p); }
+  __device__ __forceinline__ void store(bf16* p) const { *reinterpret_cast<bf162*>(p) = r; }
+  __device__ __forceinline__ bf162 pair(int) const { return r; }
+  __device__ __forceinline__ void set_pair(int, bf162 h) { r = h; }
+};
+template <> struct BfVec<1> {
+  bf16 r;
+  __device__ __forceinline__ void load(const bf16* p) { r = *p; }
+  __device__ __forceinline__ void store(bf16* p) const { *p = r; }
+};
+template <int VEC> __device__ __forceinline__ void to_f32(const BfVec<VEC>& v, float (&x)[VEC]) {
+  if constexpr (VEC == 1) {
+    x[0] = __bfloat162float(v.r);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) {
+      const float2 f = __bfloat1622float2(v.pair(i));
+      x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+  }
+}
+template <int VEC> __device__ __forceinline__ BfVec<VEC> to_bf16(const float (&x)[VEC]) {
+  BfVec<VEC> v;
+  if constexpr (VEC == 1) {
+    v.r = __float2bfloat16_rn(x[0]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) v.set_pair(i, __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]));
+  }
+  return v;
+}
+template <int VEC> __device__ __forceinline__ void load_f32(const bf16* p, float (&x)[VEC]) {
+  BfVec<VEC> v;
+  v.load(p);
+  to_f32(v, x);
+}
+// VEC consecutive floats (VEC 8: p 32-byte aligned, two 16-B loads).
+template <int VEC> __device__ __forceinline__ void load_floats(const float* p, float (&x)[VEC]) {
+  if constexpr (VEC == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) x[i] = p[i];
+  }
+}
 
 // Sequence of token t: the largest n in [0, N) with cu[n] <= t (skips empty sequences).
 __device__ __forceinline__ int seq_of(const int* cu, int N, int t) {
@@ -56,64 +126,105 @@ __device__ __forceinline__ int seq_of(const int* cu, int N, int t) {
 
 // proj: [T, P] bf16 (q|k|v in columns [0, CD)); conv_pool: [slots, KW-1, CD] bf16;
 // conv_w: [CD, KW] f32; qkv: [T, CD] bf16 out.
-__global__ void conv_silu_kernel(const bf16* __restrict__ proj, int P,
-                                 const bf16* __restrict__ conv_pool, const int* __restrict__ slots,
-                                 const int* __restrict__ cu, int N, const float* __restrict__ conv_w,
-                                 int KW, int CD, int T, bf16* __restrict__ qkv) {
-  const int c = 2 * (blockIdx.x * ConvTile::kThreads + threadIdx.x);
-  const int t0 = blockIdx.y * ConvTile::kTokens;
+// One thread: VEC consecutive channels over a run of kTokens tokens. The KW-1 previous rows of
+// the causal window live in registers (fp32), so each proj element is read once (plus the KW-1
+// halo rows at the start of the run); the rows of a batch are loaded before any is used.
+// Block b: channel block b % chan_blocks of token run b / chan_blocks (1-D grid: any T).
+template <int KW, int VEC>
+__global__ void __launch_bounds__(ConvTile::kThreads)
+    conv_silu_kernel(const bf16* __restrict__ proj, int P, const bf16* __restrict__ conv_pool,
+                     const int* __restrict__ slots, const int* __restrict__ cu, int N,
+                     const float* __restrict__ conv_w, int CD, int T, int chan_blocks,
+                     bf16* __restrict__ qkv) {
+  constexpr int H = KW > 1 ? KW - 1 : 1;  // history rows (unused when KW == 1)
+  const int cb = static_cast<int>(blockIdx.x % chan_blocks);
+  const int t0 = static_cast<int>(blockIdx.x / chan_blocks) * ConvTile::kTokens;
+  const int c = VEC * (cb * ConvTile::kThreads + threadIdx.x);
   if (c >= CD || t0 >= T) return;
-  float w0[ConvTile::kMaxKernel], w1[ConvTile::kMaxKernel];
+  float w[KW][VEC];
 #pragma unroll
-  for (int j = 0; j < ConvTile::kMaxKernel; ++j) {
-    w0[j] = j < KW ? conv_w[c * KW + j] : 0.f;
-    w1[j] = j < KW ? conv_w[(c + 1) * KW + j] : 0.f;
-  }
+  for (int j = 0; j < KW; ++j)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[j][i] = conv_w[(c + i) * KW + j];
+
   int n = seq_of(cu, N, t0);
-  for (int i = 0; i < ConvTile::kTokens; ++i) {
-    const int t = t0 + i;
-    if (t >= T) break;
-    while (t >= cu[n + 1]) ++n;
+  int next = cu[n + 1];
+  float hist[H][VEC];  // conv inputs of tokens t-KW+1 .. t-1, oldest first
+  {
     const int start = cu[n];
-    const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD;
-    float a0 = 0.f, a1 = 0.f;
+    const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
 #pragma unroll
-    for (int j = 0; j < ConvTile::kMaxKernel; ++j) {
-      if (j >= KW) break;
-      const int p = t - (KW - 1) + j;
-      const bf16* src = p >= start ? proj + static_cast<std::int64_t>(p) * P + c
-                                   : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD + c;
-      const float2 x = __bfloat1622float2(*reinterpret_cast<const bf162*>(src));
-      a0 += w0[j] * x.x;
-      a1 += w1[j] * x.y;
+    for (int i = 0; i < KW - 1; ++i) {
+      const int p = t0 - (KW - 1) + i;
+      load_f32<VEC>(p >= start ? proj + static_cast<std::int64_t>(p) * P + c
+                               : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD,
+                    hist[i]);
     }
-    *reinterpret_cast<bf162*>(qkv + static_cast<std::int64_t>(t) * CD + c) =
-        __floats2bfloat162_rn(silu(a0), silu(a1));
+  }
+  const int t_end = min(T, t0 + ConvTile::kTokens);
+  for (int tb = t0; tb < t_end; tb += ConvTile::kBatch) {
+    BfVec<VEC> in[ConvTile::kBatch];
+#pragma unroll
+    for (int b = 0; b < ConvTile::kBatch; ++b)
+      if (tb + b < t_end) in[b].load(proj + static_cast<std::int64_t>(tb + b) * P + c);
+#pragma unroll
+    for (int b = 0; b < ConvTile::kBatch; ++b) {
+      const int t = tb + b;
+      if (t >= t_end) break;
+      if (t >= next) {  // t starts a later sequence: its history is that sequence's conv state
+        do ++n;
+        while (t >= cu[n + 1]);
+        next = cu[n + 1];
+        const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+#pragma unroll
+        for (int i = 0; i < KW - 1; ++i) load_f32<VEC>(st + static_cast<std::int64_t>(i) * CD, hist[i]);
+      }
+      float x[VEC], y[VEC];
+      to_f32(in[b], x);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        float a = 0.f;
+#pragma unroll
+        for (int j = 0; j < KW - 1; ++j) a += w[j][i] * hist[j][i];
+        a += w[KW - 1][i] * x[i];
+        y[i] = silu(a);
+      }
+      to_bf16(y).store(qkv + static_cast<std::int64_t>(t) * CD + c);
+      if constexpr (KW > 1) {
+#pragma unroll
+        for (int j = 0; j + 1 < KW - 1; ++j)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) hist[j][i] = hist[j + 1][i];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) hist[KW - 2][i] = x[i];
+      }
+    }
   }
 }
 
 // New conv state of each sequence: its last KW-1 conv inputs (older ones from the old state).
-// One thread per (sequence, channel pair) reads everything before writing: in place is safe.
+// One thread per (sequence, VEC channels) reads everything before writing: in place is safe.
+template <int VEC>
 __global__ void conv_state_kernel(const bf16* __restrict__ proj, int P, bf16* conv_pool,
                                   const int* __restrict__ slots, const int* __restrict__ cu, int N,
                                   int KW, int CD) {
-  const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  const int c = VEC * (blockIdx.x * blockDim.x + threadIdx.x);
   const int n = blockIdx.y;
   if (c >= CD || n >= N) return;
   const int start = cu[n], L = cu[n + 1] - cu[n];
-  bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD;
-  bf162 v[ConvTile::kMaxKernel];
+  bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+  BfVec<VEC> v[ConvTile::kMaxKernel - 1];
 #pragma unroll
   for (int i = 0; i < ConvTile::kMaxKernel - 1; ++i) {
     if (i >= KW - 1) break;
     const int p = L - (KW - 1) + i;
-    v[i] = p >= 0 ? *reinterpret_cast<const bf162*>(proj + static_cast<std::int64_t>(start + p) * P + c)
-                  : *reinterpret_cast<const bf162*>(st + static_cast<std::int64_t>(L + i) * CD + c);
+    v[i].load(p >= 0 ? proj + static_cast<std::int64_t>(start + p) * P + c
+                     : st + static_cast<std::int64_t>(L + i) * CD);
   }
 #pragma unroll
   for (int i = 0; i < ConvTile::kMaxKernel - 1; ++i) {
     if (i >= KW - 1) break;
-    *reinterpret_cast<bf162*>(st + static_cast<std::int64_t>(i) * CD + c) = v[i];
+    v[i].store(st + static_cast<std::int64_t>(i) * CD);
   }
 }
 
@@ -133,32 +244,52 @@ __global__ void gates_kernel(const bf16* __restrict__ proj, int P, int b_col, in
   g[i] = -expf(A_log[h]) * sp;
 }
 
-// o: [T, HV, V] bf16; z from proj columns [z_col, z_col + HV*V); out: [T, HV*V] bf16.
-__global__ void gated_norm_kernel(const bf16* __restrict__ o, const bf16* __restrict__ proj, int P,
-                                  int z_col, const float* __restrict__ norm_w, int HV, int V,
-                                  float eps, std::int64_t rows, bf16* __restrict__ out) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * NormTile::kWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
+// o: [rows = T*HV, V] bf16; z from proj columns [z_col, z_col + HV*V); out: [rows, V] bf16.
+// rmsnorm(o) * norm_w * silu(z) per (token, value head) row, fp32 math. 2^lpr_log2 lanes per row
+// (a power of two: the rows of a warp are aligned lane groups), each holding the VEC-element
+// vectors at j = VEC*(lane + 2^lpr_log2 * k); o and z are both loaded before the row sum.
+template <int VEC>
+__global__ void __launch_bounds__(NormTile::kThreads)
+    gated_norm_kernel(const bf16* __restrict__ o, const bf16* __restrict__ proj, int P, int z_col,
+                      const float* __restrict__ norm_w, int HV, int V, float eps, int lpr_log2,
+                      std::int64_t rows, bf16* __restrict__ out) {
+  constexpr int kChunks = NormTile::kMaxV / (32 * VEC);  // vectors per lane at 32 lanes per row
+  if constexpr (VEC == 1) lpr_log2 = 5;  // one element per lane: always a warp per row
+  const int lpr = 1 << lpr_log2;
+  const int lane = threadIdx.x & (lpr - 1);
+  const std::int64_t row =
+      (static_cast<std::int64_t>(blockIdx.x) * NormTile::kThreads + threadIdx.x) >> lpr_log2;
+  const bool valid = row < rows;  // lanes past the last row still take part in the shuffles
   const std::int64_t t = row / HV;
   const int h = static_cast<int>(row % HV);
   const bf16* orow = o + row * V;
   const bf16* z = proj + t * P + z_col + static_cast<std::int64_t>(h) * V;
-  float ov[NormTile::kPerLane];
+  float ov[kChunks][VEC], zv[kChunks][VEC];
   float ss = 0.f;
 #pragma unroll
-  for (int k = 0; k < NormTile::kPerLane; ++k) {
-    const int j = lane + 32 * k;
-    ov[k] = j < V ? __bfloat162float(orow[j]) : 0.f;
-    ss += ov[k] * ov[k];
-  }
+  for (int k = 0; k < kChunks; ++k) {
+    const int j = VEC * (lane + lpr * k);
+    if (valid && j < V) {
+      load_f32<VEC>(orow + j, ov[k]);
+      load_f32<VEC>(z + j, zv[k]);
+    } else {
 #pragma unroll
-  for (int s = 16; s > 0; s >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, s);
+      for (int i = 0; i < VEC; ++i) ov[k][i] = zv[k][i] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) ss += ov[k][i] * ov[k][i];
+  }
+  for (int s = lpr >> 1; s > 0; s >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, s);
   const float inv = rsqrtf(ss / static_cast<float>(V) + eps);
 #pragma unroll
-  for (int k = 0; k < NormTile::kPerLane; ++k) {
-    const int j = lane + 32 * k;
-    if (j < V) out[row * V + j] = __float2bfloat16_rn(ov[k] * inv * norm_w[j] * silu(__bfloat162float(z[j])));
+  for (int k = 0; k < kChunks; ++k) {
+    const int j = VEC * (lane + lpr * k);
+    if (!valid || j >= V) continue;
+    float w[VEC], y[VEC];
+    load_floats<VEC>(norm_w + j, w);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * silu(zv[k][i]);
+    to_bf16(y).store(out + row * V + j);
   }
 }
 
@@ -179,6 +310,59 @@ __global__ void decode_conv_kernel(const bf16* __restrict__ proj, int P, bf16* c
   }
   if (KW > 1) st[static_cast<std::int64_t>(KW - 2) * CD] = x;
   qkv[static_cast<std::int64_t>(n) * CD + c] = __float2bfloat16_rn(silu(acc));
+}
+
+// ---- launchers (prefill and decode share the norm) ----
+
+// Prefill conv: conv_silu over all T tokens, then the new conv state of each sequence (after, since
+// the state is updated in place and a run's first rows may read the old state).
+Status launch_conv(const bf16* proj, int P, bf16* conv_pool, const int* slots, const int* cu, int N,
+                   const float* conv_w, int KW, int CD, std::int64_t T, bf16* qkv, cudaStream_t s) {
+  const bool v8 = CD % 8 == 0 && P % 8 == 0;  // every row start and the q|k|v offset 16-B aligned
+  const int vec = v8 ? 8 : 2;
+  if (T > 0) {
+    using Fn = void (*)(const bf16*, int, const bf16*, const int*, const int*, int, const float*, int,
+                        int, int, bf16*);
+    static constexpr Fn k8[ConvTile::kMaxKernel] = {
+        conv_silu_kernel<1, 8>, conv_silu_kernel<2, 8>, conv_silu_kernel<3, 8>, conv_silu_kernel<4, 8>,
+        conv_silu_kernel<5, 8>, conv_silu_kernel<6, 8>, conv_silu_kernel<7, 8>, conv_silu_kernel<8, 8>};
+    static constexpr Fn k2[ConvTile::kMaxKernel] = {
+        conv_silu_kernel<1, 2>, conv_silu_kernel<2, 2>, conv_silu_kernel<3, 2>, conv_silu_kernel<4, 2>,
+        conv_silu_kernel<5, 2>, conv_silu_kernel<6, 2>, conv_silu_kernel<7, 2>, conv_silu_kernel<8, 2>};
+    const int chan_blocks = (CD / vec + ConvTile::kThreads - 1) / ConvTile::kThreads;
+    const std::int64_t runs = (T + ConvTile::kTokens - 1) / ConvTile::kTokens;
+    const Fn k = (v8 ? k8 : k2)[KW - 1];
+    k<<<static_cast<unsigned>(chan_blocks * runs), ConvTile::kThreads, 0, s>>>(
+        proj, P, conv_pool, slots, cu, N, conv_w, CD, static_cast<int>(T), chan_blocks, qkv);
+    GDN_CUDA_LAUNCH_CHECK("conv_silu_kernel");
+  }
+  if (KW > 1) {
+    dim3 grid((CD / vec + 127) / 128, N);
+    if (v8) conv_state_kernel<8><<<grid, 128, 0, s>>>(proj, P, conv_pool, slots, cu, N, KW, CD);
+    else conv_state_kernel<2><<<grid, 128, 0, s>>>(proj, P, conv_pool, slots, cu, N, KW, CD);
+    GDN_CUDA_LAUNCH_CHECK("conv_state_kernel");
+  }
+  return Status::Ok();
+}
+
+// Gated norm over rows = tokens * HV rows: 16-B vectors (V/8 lanes per row, rounded up to a power
+// of two) when V, P and z_col are multiples of 8, else one element per lane and 32 lanes per row.
+Status launch_gated_norm(const bf16* o, const bf16* proj, int P, int z_col, const float* norm_w,
+                         int HV, int V, float eps, std::int64_t rows, bf16* out, cudaStream_t s) {
+  if (rows <= 0) return Status::Ok();
+  const bool v8 = V % 8 == 0 && P % 8 == 0 && z_col % 8 == 0;
+  int lpr_log2 = 5;
+  if (v8)
+    for (lpr_log2 = 0; (8 << lpr_log2) < V;) ++lpr_log2;  // V <= 256: at most 32 lanes
+  const std::int64_t blocks = ((rows << lpr_log2) + NormTile::kThreads - 1) / NormTile::kThreads;
+  if (v8)
+    gated_norm_kernel<8><<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(
+        o, proj, P, z_col, norm_w, HV, V, eps, lpr_log2, rows, out);
+  else
+    gated_norm_kernel<1><<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(
+        o, proj, P, z_col, norm_w, HV, V, eps, lpr_log2, rows, out);
+  GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
+  return Status::Ok();
 }
 
 Status from_cublas(cublasStatus_t s, const char* what) {
@@ -406,19 +590,9 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
       return st;
   }
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
-  if (T > 0) {
-    dim3 grid((CD / 2 + ConvTile::kThreads - 1) / ConvTile::kThreads,
-              static_cast<unsigned>((T + ConvTile::kTokens - 1) / ConvTile::kTokens));
-    conv_silu_kernel<<<grid, ConvTile::kThreads, 0, s>>>(ws.proj, P, L.conv_pool, ws.slots, ws.cu,
-                                                         N, L.conv_w, KW, CD,
-                                                         static_cast<int>(T), ws.qkv);
-    GDN_CUDA_LAUNCH_CHECK("conv_silu_kernel");
-  }
-  if (KW > 1) {
-    dim3 grid((CD / 2 + 127) / 128, N);
-    conv_state_kernel<<<grid, 128, 0, s>>>(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD);
-    GDN_CUDA_LAUNCH_CHECK("conv_state_kernel");
-  }
+  if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
+                         s)).ok())
+    return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
   if (T > 0) {
     const std::int64_t n = T * c.HV;
@@ -463,14 +637,9 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
       GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
                                    cudaMemcpyDeviceToDevice, s));
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[4], s));
-  if (T > 0) {
-    const std::int64_t rows = T * c.HV;
-    gated_norm_kernel<<<static_cast<unsigned>((rows + NormTile::kWarps - 1) / NormTile::kWarps),
-                        32 * NormTile::kWarps, 0, s>>>(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV,
-                                                       c.V, static_cast<float>(c.eps), rows,
-                                                       ws.normed);
-    GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
-  }
+  if (!(st = launch_gated_norm(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
+                               static_cast<float>(c.eps), T * c.HV, ws.normed, s)).ok())
+    return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[5], s));
   if (T > 0) {
     if (!(st = L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, c.hidden, VD)).ok())
@@ -526,11 +695,10 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
     d.stream = s;
     if (!(st = gdn::decode(p, d)).ok()) return st;
   }
-  const std::int64_t rows = static_cast<std::int64_t>(N) * c.HV;
-  gated_norm_kernel<<<static_cast<unsigned>((rows + NormTile::kWarps - 1) / NormTile::kWarps),
-                      32 * NormTile::kWarps, 0, s>>>(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV,
-                                                     c.V, static_cast<float>(c.eps), rows, ws.normed);
-  GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
+  if (!(st = launch_gated_norm(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
+                               static_cast<float>(c.eps), static_cast<std::int64_t>(N) * c.HV,
+                               ws.normed, s)).ok())
+    return st;
   if (!(st = L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), N, c.hidden, c.value_dim())).ok())
     return st;
   return from_cuda(cudaGetLastError(), "layer decode");
