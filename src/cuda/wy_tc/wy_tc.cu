@@ -196,6 +196,24 @@ struct Workspace {
   float* gc;          // [NC, HV] G at the chunk's end
 };
 
+// Workspace layouts. A bf16 tile of NR rows (the mma's n index) and KC columns (its k index)
+// is stored in the canonical no-swizzle K-major order of the Hopper tensor cores: the 16-byte
+// piece (row r, columns 8 kb .. 8 kb + 7) is piece number (kb * NR / 8 + r / 8) * 8 + r % 8, so
+// every 8 x 16-byte core matrix is 128 contiguous bytes. The wgmma state pass copies whole tiles
+// with one bulk copy each and reads them through matrix descriptors; the mma.sync state pass
+// copies the pieces back into padded rows. ws_word: 32-bit word of the pair (r, c..c+1), c even.
+template <int NR> __device__ __forceinline__ int ws_word(int r, int c) {
+  return ((((c >> 3) * (NR / 8) + (r >> 3)) << 3) + (r & 7)) * 4 + ((c & 7) >> 1);
+}
+// U = Tm V (fp32, C x V per (chunk, head)) in slices of 64 columns (one state block each), each
+// slice in the state pass's accumulator-fragment order: lane l of warp w reads its 32 elements
+// (n-tile nt = c / 8, element e) as 8 consecutive float4. ws_u: word of element (c, v).
+__device__ __forceinline__ int ws_u(int c, int v) {
+  const int s = v >> 6, w = (v & 63) >> 4, gid = v & 7, hi = (v & 15) >> 3;
+  const int nt = c >> 3, tig = (c & 7) >> 1, lo = c & 1;
+  return s * 64 * 64 + (((w * 32 + gid * 4 + tig) * 8 + nt) << 2) + 2 * hi + lo;
+}
+
 struct ChunkParams {
   const void* q;  // [T, HK, K]
   const void* k;  // [T, HK, K]
@@ -312,7 +330,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
         const int i = m0 + acc_row(e), j = acc_col(nt, e);
         const float x0 = i >= j ? p.scale * acc[nt][e] * expf(sG[i] - sG[j]) : 0.f;
         const float x1 = i >= j + 1 ? p.scale * acc[nt][e + 1] * expf(sG[i] - sG[j + 1]) : 0.f;
-        split_pair(x0, x1, Ph[(i * C + j) / 2], Pl[(i * C + j) / 2]);
+        split_pair(x0, x1, Ph[ws_word<C>(i, j)], Pl[ws_word<C>(i, j)]);
       }
   }
   __syncthreads();  // sE, sD ready; sQ reads done
@@ -322,13 +340,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
     for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
       const int r = (2 * i) / K, c = (2 * i) % K;
       const float f = p.scale * sE[r];
-      split_pair(f * sQ[r * LQ + c], f * sQ[r * LQ + c + 1], Qh[i], Ql[i]);
+      split_pair(f * sQ[r * LQ + c], f * sQ[r * LQ + c + 1], Qh[ws_word<C>(r, c)],
+                 Ql[ws_word<C>(r, c)]);
     }
     std::uint32_t* Kh = p.ws.kh + base * K * C / 2;  // Kd^T: row = key dim, pairs along tokens
     std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
     for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
       const int d = (2 * i) / C, r = (2 * i) % C;
-      split_pair(sD[r] * sK[r * LK + d], sD[r + 1] * sK[(r + 1) * LK + d], Kh[i], Kl[i]);
+      split_pair(sD[r] * sK[r * LK + d], sD[r + 1] * sK[(r + 1) * LK + d], Kh[ws_word<K>(d, r)],
+                 Kl[ws_word<K>(d, r)]);
     }
     if (tid == 0) p.ws.gc[base] = sG[C - 1];
   }
@@ -354,7 +374,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int at = ((m0 + acc_row(e)) * K + acc_col(nt, e)) / 2;
+        const int at = ws_word<C>(m0 + acc_row(e), acc_col(nt, e));
         split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
       }
   }
@@ -367,8 +387,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
     for (int nt = 0; nt < V / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2)
-        *reinterpret_cast<float2*>(&U[(m0 + acc_row(e)) * V + acc_col(nt, e)]) =
-            make_float2(acc[nt][e], acc[nt][e + 1]);
+      {
+        const int r = m0 + acc_row(e), c = acc_col(nt, e);
+        U[ws_u(r, c)] = acc[nt][e];
+        U[ws_u(r, c + 1)] = acc[nt][e + 1];
+      }
   }
 }
 
@@ -382,8 +405,8 @@ struct StateParams {
   const std::int32_t* chunk_len;   // [NC]
   const std::int32_t* seq_chunk0;  // [N+1] first global chunk of each sequence
   int HV;
-  bool wg_swap;  // v6 only: LBO / SBO exchanged in the wgmma descriptors (GDN_WYTC_WG_SWAP=1,
-                 // a diagnostic for the descriptor convention; the parity tests fail with it)
+  bool wg_negctl;  // v6 only, negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
+                   // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
 };
 
@@ -435,6 +458,22 @@ __device__ __forceinline__ void copy_tile(T* dst, int ld, const T* src, int src_
 #pragma unroll
   for (int it = 0; it < kRounds; ++it)
     cp_async16(d + it * kRowStep * ld, s + static_cast<std::int64_t>(it) * kRowStep * src_ld);
+}
+
+// A workspace tile (ws_word order, ROWS rows of WORDS 32-bit words) into smem rows of stride ld.
+template <int ROWS, int WORDS, typename T>
+__device__ __forceinline__ void copy_tile_ws(T* dst, int ld, const T* src) {
+  static_assert(sizeof(T) == 4 && WORDS % 4 == 0, "16-byte pieces of 32-bit words");
+  constexpr int kVec = WORDS / 4;  // 16-byte pieces per row
+  static_assert((ROWS * kVec) % SCfg::kThreads == 0 && SCfg::kThreads % kVec == 0,
+                "whole rounds of pieces, a fixed column per thread");
+  constexpr int kRounds = ROWS * kVec / SCfg::kThreads, kRowStep = SCfg::kThreads / kVec;
+  const int r0 = threadIdx.x / kVec, kb = threadIdx.x % kVec;
+#pragma unroll
+  for (int it = 0; it < kRounds; ++it) {
+    const int r = r0 + it * kRowStep;
+    cp_async16(dst + r * ld + kb * 4, src + ws_word<ROWS>(r, 8 * kb));
+  }
 }
 
 // B fragments of one n-tile from a hi and a lo tile at once (ldmatrix x4): matrices
@@ -489,7 +528,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0, "V is a whole number of slices");
   using Sm = StateSmem<K, V>;
-  constexpr int LKw = Sm::LKw, LCw = Sm::LCw, LU = Sm::LU;
+  constexpr int LKw = Sm::LKw, LCw = Sm::LCw;
   extern __shared__ std::uint32_t smem_u32[];
   std::uint32_t* sWh = smem_u32;         // [C][LKw]
   std::uint32_t* sWl = sWh + C * LKw;    // [C][LKw]
@@ -499,7 +538,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   std::uint32_t* sPl = sPh + C * LCw;    // [C][LCw]
   std::uint32_t* sKh = sPl + C * LCw;    // [K][LCw]
   std::uint32_t* sKl = sKh + K * LCw;    // [K][LCw]
-  float* sU = reinterpret_cast<float*>(sKl + K * LCw);  // [C][LU] U[:, slice]
+  float* sU = reinterpret_cast<float*>(sKl + K * LCw);  // U slice in ws_u order
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
@@ -520,18 +559,18 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
   auto issue_a = [&](int cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    copy_tile<C, K / 2>(sWh, LKw, p.ws.wh + base * C * K / 2);
-    copy_tile<C, K / 2>(sWl, LKw, p.ws.wl + base * C * K / 2);
-    copy_tile<C, K / 2>(sQh, LKw, p.ws.qh + base * C * K / 2);
-    copy_tile<C, K / 2>(sQl, LKw, p.ws.ql + base * C * K / 2);
-    copy_tile<C, VS>(sU, LU, p.ws.u + base * C * V + slice * VS, V);
+    copy_tile_ws<C, K / 2>(sWh, LKw, p.ws.wh + base * C * K / 2);
+    copy_tile_ws<C, K / 2>(sWl, LKw, p.ws.wl + base * C * K / 2);
+    copy_tile_ws<C, K / 2>(sQh, LKw, p.ws.qh + base * C * K / 2);
+    copy_tile_ws<C, K / 2>(sQl, LKw, p.ws.ql + base * C * K / 2);
+    copy_tile<C, VS>(sU, VS, p.ws.u + base * C * V + slice * C * VS);  // ws_u slice, contiguous
   };
   auto issue_b = [&](int cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    copy_tile<C, C / 2>(sPh, LCw, p.ws.ph + base * C * C / 2);
-    copy_tile<C, C / 2>(sPl, LCw, p.ws.pl + base * C * C / 2);
-    copy_tile<K, C / 2>(sKh, LCw, p.ws.kh + base * K * C / 2);
-    copy_tile<K, C / 2>(sKl, LCw, p.ws.kl + base * K * C / 2);
+    copy_tile_ws<C, C / 2>(sPh, LCw, p.ws.ph + base * C * C / 2);
+    copy_tile_ws<C, C / 2>(sPl, LCw, p.ws.pl + base * C * C / 2);
+    copy_tile_ws<K, C / 2>(sKh, LCw, p.ws.kh + base * K * C / 2);
+    copy_tile_ws<K, C / 2>(sKl, LCw, p.ws.kl + base * K * C / 2);
   };
   if (c_begin < c_end) {
     issue_a(c_begin);
@@ -562,11 +601,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
     }
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
 #pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        vn[nt][e] = sU[(nt * 8 + 2 * tig + (e & 1)) * LU + warp * 16 + gid + 8 * (e >> 1)] -
-                    ws[nt][e];
+    for (int nt = 0; nt < C / 8; ++nt) {
+      const float4 u4 = reinterpret_cast<const float4*>(sU)[(warp * 32 + lane) * 8 + nt];
+      vn[nt][0] = u4.x - ws[nt][0];
+      vn[nt][1] = u4.y - ws[nt][1];
+      vn[nt][2] = u4.z - ws[nt][2];
+      vn[nt][3] = u4.w - ws[nt][3];
+    }
     __syncthreads();  // every warp is done with tiles A
     if (cg + 1 < c_end) issue_a(cg + 1);
     cp_async_commit();
@@ -776,15 +817,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
         sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
         const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
         const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-        split_pair(x0, x1, Ph[(i * C + j) / 2], Pl[(i * C + j) / 2]);
+        split_pair(x0, x1, Ph[ws_word<C>(i, j)], Pl[ws_word<C>(i, j)]);
       }
   }
   __syncthreads();  // sA complete; sE, sD, sS ready
   {  // Qs = scale diag(E rq) Q, split, by all threads: sQ is free afterwards (X goes there)
     std::uint32_t* Qh = p.ws.qh + base * C * K / 2;
     std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
-    for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {
-      const int r = (2 * i) / K, c = (2 * i) % K;
+    for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {  // i: word in ws_word<C> order
+      const int pc = i >> 2, nb = (pc >> 3) % (C / 8), kb = (pc >> 3) / (C / 8);
+      const int r = nb * 8 + (pc & 7), c = kb * 8 + 2 * (i & 3);
       const float f = p.scale * sE[r] * sRq[r];
       const __nv_bfloat162 qq = *reinterpret_cast<const __nv_bfloat162*>(sQ + r * LB + c);
       split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
@@ -798,8 +840,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
     const int t2 = tid - C;
     std::uint32_t* Kh = p.ws.kh + base * K * C / 2;
     std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
-    for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {
-      const int d = (2 * i) / C, r = (2 * i) % C;
+    for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {  // i: word in ws_word<K> order
+      const int pc = i >> 2, nb = (pc >> 3) % (K / 8), kb = (pc >> 3) / (K / 8);
+      const int d = nb * 8 + (pc & 7), r = kb * 8 + 2 * (i & 3);
       split_pair(sD[r] * __bfloat162float(sK[r * LB + d]),
                  sD[r + 1] * __bfloat162float(sK[(r + 1) * LB + d]), Kh[i], Kl[i]);
     }
@@ -845,7 +888,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int at = ((m0 + acc_row(e)) * K + acc_col(nt, e)) / 2;
+        const int at = ws_word<C>(m0 + acc_row(e), acc_col(nt, e));
         split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
       }
   }
@@ -870,8 +913,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
     for (int nt = 0; nt < V / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2)
-        *reinterpret_cast<float2*>(&U[(m0 + acc_row(e)) * V + acc_col(nt, e)]) =
-            make_float2(acc[nt][e], acc[nt][e + 1]);
+      {
+        const int r = m0 + acc_row(e), c = acc_col(nt, e);
+        U[ws_u(r, c)] = acc[nt][e];
+        U[ws_u(r, c + 1)] = acc[nt][e + 1];
+      }
   }
 }
 
@@ -1019,7 +1065,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   const bool wg = use_wg_state();
-  sp.wg_swap = wg && env_is("GDN_WYTC_WG_SWAP", "1");
+  sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
     auto go = [&](auto kern, std::size_t smem, const char* name) -> Status {

@@ -1,7 +1,7 @@
 // wy-tc state pass on sm_90a (v6): the same algebra and the same workspace as
 // wy_tc_state_kernel (wy_tc.cu), with every fold issued as warpgroup MMAs (wgmma.mma_async,
 // m64nNk16 bf16 -> fp32) instead of per-warp mma.sync. Included by wy_tc.cu inside its anonymous
-// namespace (it uses StateParams, Workspace, SCfg, acc_to_a, cp_async16 from there).
+// namespace (it uses StateParams, Workspace, SCfg, Cfg and acc_to_a from there).
 //
 // One block = one warpgroup (4 warps) = one (sequence, value head, 64 columns of V), as in v5: the
 // transposed state S^T (64 x K) lives in the wgmma accumulator registers for the whole sequence.
@@ -16,8 +16,12 @@
 // descriptors: every bf16 tile sits in the canonical K-major layout without swizzle (8 rows x
 // 16 bytes core matrices, 128 contiguous bytes each; core matrix (n-block nb, k-block kb) of a
 // tile with NR rows at byte (kb * NR / 8 + nb) * 128), so LBO (next core matrix along k) is
-// NR * 16 bytes and SBO (next core matrix along n) 128 bytes. The cp.async copies put every
-// 16-byte piece of the workspace rows there directly.
+// NR * 16 bytes and SBO (next core matrix along n) 128 bytes. The chunk kernels write the
+// workspace in exactly that order (ws_word, wy_tc.cu), so each tile, and the block's U slice
+// (ws_u), arrives by one bulk copy (cp.async.bulk, the TMA engine) issued by one thread and
+// completing on an mbarrier: the compute warps issue no copy instructions. (The first version
+// copied 16-byte pieces with cp.async from all 128 threads: 64 per thread and chunk, and the
+// issue of those stalled the warpgroup on the load path; 1.05 ms for the pass at T = 8192.)
 //
 // Cost per chunk and block (K = V = 128): 48 m64n64k16 + 12 m64n128k16 + 12 m64n64k16 =
 // 2688 tensor cycles at 2048 bf16 FMA/cycle/SM (~1.4 us at 1.9 GHz), against v5's 2688 mma.sync
@@ -96,10 +100,30 @@ __device__ __forceinline__ void commit() {
 template <int N> __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Generic-proxy writes to shared memory (cp.async, st.shared) made visible to the async proxy
-// that wgmma reads B through.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+__device__ __forceinline__ unsigned saddr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(std::uint64_t* b) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(b)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Arms barrier b for `bytes` of bulk copies (the arrival of the one issuing thread).
+__device__ __forceinline__ void mbar_expect(std::uint64_t* b, unsigned bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+               ::"r"(saddr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(std::uint64_t* b, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra WAIT_%=;\n}\n" ::"r"(saddr(b)), "r"(parity) : "memory");
+}
+// bytes (multiple of 16, both ends 16-byte aligned) global -> shared, completing on barrier b.
+__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes,
+                                         std::uint64_t* b) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(saddr(dst)), "l"(src), "r"(bytes), "r"(saddr(b)) : "memory");
 }
 #endif  // GDN_WYTC_WG_DEVICE
 
@@ -125,32 +149,15 @@ template <int K, int V> struct StateSmemWg {
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
-  static constexpr int LU = VS + 4;      // fp32 words per U row (as v5: 4 mod 32)
-  // Group A: W hi/lo, Qs hi/lo (4 x 16 KiB at K = 128), U slice (17 KiB). Group B: P hi/lo
-  // (2 x 8 KiB), Kd^T hi/lo (2 x 16 KiB). 129 KiB at K = V = 128; every tile 128-byte aligned.
+  static constexpr int kU = C * VS * 4;  // bytes of the block's U slice (ws_u order)
+  // Group A: W hi/lo, Qs hi/lo (4 x 16 KiB at K = 128), U slice (16 KiB). Group B: P hi/lo
+  // (2 x 8 KiB), Kd^T hi/lo (2 x 16 KiB). 128 KiB at K = V = 128; every tile 128-byte aligned.
   static constexpr int oWh = 0, oWl = kCK, oQh = 2 * kCK, oQl = 3 * kCK, oU = 4 * kCK;
-  static constexpr int oPh = oU + C * LU * 4, oPl = oPh + kCC, oKh = oPl + kCC, oKl = oKh + kCK;
+  static constexpr int oPh = oU + kU, oPl = oPh + kCC, oKh = oPl + kCC, oKl = oKh + kCK;
+  static constexpr unsigned kBytesA = 4 * kCK + kU, kBytesB = 2 * kCC + 2 * kCK;
   static constexpr std::size_t bytes = static_cast<std::size_t>(oKl) + kCK;
   static_assert(oPh % 128 == 0 && oKh % 128 == 0, "tiles 128-byte aligned");
 };
-
-// NR x KC bf16 tile (global rows of KC contiguous bf16) into the canonical no-swizzle K-major
-// layout at dst: the 16-byte piece (row r, k-block kb) goes to ((kb NB + r / 8) 8 + r % 8) 16.
-// Lanes take consecutive rows of one k-block, so each quarter warp fills 128 contiguous bytes.
-template <int NR, int KC>
-__device__ __forceinline__ void copy_tile_kmajor(unsigned char* dst, const std::uint32_t* src) {
-  constexpr int KB = KC / 8, NB = NR / 8, kPieces = NR * KC / 8;
-  static_assert(kPieces % SCfg::kThreads == 0 && SCfg::kThreads % (8 * KB) == 0,
-                "whole rounds; a fixed (r % 8, kb) per thread");
-  const int t = threadIdx.x, r8 = t & 7, kb = (t >> 3) % KB, nb0 = t / (8 * KB);
-  constexpr int kNbStep = SCfg::kThreads / (8 * KB);
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(src);
-#pragma unroll
-  for (int it = 0; it < kPieces / SCfg::kThreads; ++it) {
-    const int nb = nb0 + it * kNbStep;
-    cp_async16(dst + ((kb * NB + nb) * 8 + r8) * 16, s + ((nb * 8 + r8) * KC + kb * 8) * 2);
-  }
-}
 
 // The v5 state pass (wy_tc_state_kernel) with wgmma folds; see the top of this file.
 template <typename TOut, int K, int V>
@@ -159,10 +166,15 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   using Sm = StateSmemWg<K, V>;
-  constexpr int LU = Sm::LU;
   extern __shared__ __align__(128) unsigned char smem_wg[];
-  float* sU = reinterpret_cast<float*>(smem_wg + Sm::oU);  // [C][LU] U[:, slice]
-  const unsigned sb = static_cast<unsigned>(__cvta_generic_to_shared(smem_wg));
+  __shared__ __align__(8) std::uint64_t bar[2];  // tiles A / tiles B landed (one phase per chunk)
+  const float4* sU = reinterpret_cast<const float4*>(smem_wg + Sm::oU);  // ws_u slice order
+  const unsigned sb = wg::saddr(smem_wg);
+  if (threadIdx.x == 0) {
+    wg::mbar_init(&bar[0]);
+    wg::mbar_init(&bar[1]);
+  }
+  __syncthreads();
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
@@ -179,38 +191,38 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[sidx(e, nt)] : 0.f;
 
   // Descriptor strides: a tile of NR rows has LBO = NR * 16 and advances NR * 32 bytes per k16.
-  const unsigned lC = p.wg_swap ? 128u : C * 16u, sC = p.wg_swap ? C * 16u : 128u;
-  const unsigned lK = p.wg_swap ? 128u : K * 16u, sK = p.wg_swap ? K * 16u : 128u;
+  constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
+  // Negative control: the W^T fold reads the Qs tiles.
+  const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh, oWl = p.wg_negctl ? Sm::oQl : Sm::oWl;
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  auto issue_a = [&](int cg) {
+  auto issue_a = [&](int cg) {  // thread 0 only
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    copy_tile_kmajor<C, K>(smem_wg + Sm::oWh, p.ws.wh + base * C * K / 2);
-    copy_tile_kmajor<C, K>(smem_wg + Sm::oWl, p.ws.wl + base * C * K / 2);
-    copy_tile_kmajor<C, K>(smem_wg + Sm::oQh, p.ws.qh + base * C * K / 2);
-    copy_tile_kmajor<C, K>(smem_wg + Sm::oQl, p.ws.ql + base * C * K / 2);
-    copy_tile<C, VS>(sU, LU, p.ws.u + base * C * V + slice * VS, V);
+    wg::mbar_expect(&bar[0], Sm::kBytesA);
+    wg::bulk_g2s(smem_wg + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[0]);
+    wg::bulk_g2s(smem_wg + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[0]);
+    wg::bulk_g2s(smem_wg + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[0]);
+    wg::bulk_g2s(smem_wg + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[0]);
+    wg::bulk_g2s(smem_wg + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[0]);
   };
-  auto issue_b = [&](int cg) {
+  auto issue_b = [&](int cg) {  // thread 0 only
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    copy_tile_kmajor<C, C>(smem_wg + Sm::oPh, p.ws.ph + base * C * C / 2);
-    copy_tile_kmajor<C, C>(smem_wg + Sm::oPl, p.ws.pl + base * C * C / 2);
-    copy_tile_kmajor<K, C>(smem_wg + Sm::oKh, p.ws.kh + base * K * C / 2);
-    copy_tile_kmajor<K, C>(smem_wg + Sm::oKl, p.ws.kl + base * K * C / 2);
+    wg::mbar_expect(&bar[1], Sm::kBytesB);
+    wg::bulk_g2s(smem_wg + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, &bar[1]);
+    wg::bulk_g2s(smem_wg + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, &bar[1]);
+    wg::bulk_g2s(smem_wg + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, &bar[1]);
+    wg::bulk_g2s(smem_wg + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, &bar[1]);
   };
-  if (c_begin < c_end) {
+  if (c_begin < c_end && threadIdx.x == 0) {
     issue_a(c_begin);
-    cp_async_commit();
     issue_b(c_begin);
-    cp_async_commit();
   }
   TOut* o = static_cast<TOut*>(p.o);
   for (int cg = c_begin; cg < c_end; ++cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
     const float decay = expf(p.ws.gc[base]);
-    cp_async_wait<1>();  // tiles A of this chunk (tiles B may still be in flight)
-    wg::fence_proxy_async();
-    __syncthreads();
+    const unsigned parity = (cg - c_begin) & 1;
+    wg::mbar_wait(&bar[0], parity);  // tiles A of this chunk (tiles B may still be in flight)
     // Phase 1: X = S^T W^T and O^T = S^T Qs^T, S^T split hi + lo in registers.
     std::uint32_t ah[K / 16][4], al[K / 16][4];
 #pragma unroll
@@ -220,10 +232,10 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {
       const unsigned kofs = ks * C * 32;
-      const std::uint64_t wh = wg::desc(sb + Sm::oWh + kofs, lC, sC);
-      const std::uint64_t wl = wg::desc(sb + Sm::oWl + kofs, lC, sC);
-      const std::uint64_t qh = wg::desc(sb + Sm::oQh + kofs, lC, sC);
-      const std::uint64_t ql = wg::desc(sb + Sm::oQl + kofs, lC, sC);
+      const std::uint64_t wh = wg::desc(sb + oWh + kofs, lC, kSbo);
+      const std::uint64_t wl = wg::desc(sb + oWl + kofs, lC, kSbo);
+      const std::uint64_t qh = wg::desc(sb + Sm::oQh + kofs, lC, kSbo);
+      const std::uint64_t ql = wg::desc(sb + Sm::oQl + kofs, lC, kSbo);
       if (ks == 0) {
         wg::wgmma_n64<0>(xw, ah[ks], wl);
         wg::wgmma_n64<0>(ot, ah[ks], ql);
@@ -242,14 +254,15 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::keep(ot);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
 #pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        vn[nt][e] = sU[(nt * 8 + 2 * tig + (e & 1)) * LU + warp * 16 + gid + 8 * (e >> 1)] -
-                    xw[nt][e];
+    for (int nt = 0; nt < C / 8; ++nt) {
+      const float4 u4 = sU[(warp * 32 + lane) * 8 + nt];
+      vn[nt][0] = u4.x - xw[nt][0];
+      vn[nt][1] = u4.y - xw[nt][1];
+      vn[nt][2] = u4.z - xw[nt][2];
+      vn[nt][3] = u4.w - xw[nt][3];
+    }
     __syncthreads();  // every warp is done with tiles A (its wgmmas completed at wait<0>)
-    if (cg + 1 < c_end) issue_a(cg + 1);
-    cp_async_commit();
+    if (cg + 1 < c_end && threadIdx.x == 0) issue_a(cg + 1);
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
@@ -258,16 +271,14 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     std::uint32_t vh[C / 16][4], vl[C / 16][4];
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
-    cp_async_wait<1>();  // tiles B of this chunk (tiles A of the next may be in flight)
-    wg::fence_proxy_async();
-    __syncthreads();
+    wg::mbar_wait(&bar[1], parity);  // tiles B of this chunk (tiles A of the next may be in flight)
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {
-      const std::uint64_t kh = wg::desc(sb + Sm::oKh + kc * K * 32, lK, sK);
-      const std::uint64_t kl = wg::desc(sb + Sm::oKl + kc * K * 32, lK, sK);
-      const std::uint64_t ph = wg::desc(sb + Sm::oPh + kc * C * 32, lC, sC);
-      const std::uint64_t pl = wg::desc(sb + Sm::oPl + kc * C * 32, lC, sC);
+      const std::uint64_t kh = wg::desc(sb + Sm::oKh + kc * K * 32, lK, kSbo);
+      const std::uint64_t kl = wg::desc(sb + Sm::oKl + kc * K * 32, lK, kSbo);
+      const std::uint64_t ph = wg::desc(sb + Sm::oPh + kc * C * 32, lC, kSbo);
+      const std::uint64_t pl = wg::desc(sb + Sm::oPl + kc * C * 32, lC, kSbo);
       if constexpr (K == 128) {
         wg::wgmma_n128<1>(st, vh[kc], kl);
         wg::wgmma_n128<1>(st, vl[kc], kh);
@@ -286,8 +297,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::keep(st);
     wg::keep(ot);
     __syncthreads();  // every warp is done with tiles B
-    if (cg + 1 < c_end) issue_b(cg + 1);
-    cp_async_commit();
+    if (cg + 1 < c_end && threadIdx.x == 0) issue_b(cg + 1);
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
@@ -298,7 +308,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
               from_f32<TOut>(ot[nt][e]);
       }
   }
-  cp_async_wait<0>();
   if (p.hT) {
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
