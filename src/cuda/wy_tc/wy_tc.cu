@@ -194,6 +194,10 @@ struct Workspace {
   std::uint32_t* pl;  // [NC, HV, C, C/2] P lo
   float* u;           // [NC, HV, C, V] U = Tm V, fp32
   float* gc;          // [NC, HV] G at the chunk's end
+  // Exact format (ChunkParams::exact_ws, bf16 q/k, wgmma state pass): qh holds Q itself and kh
+  // K^T itself (exact bf16, no lo planes), and the diagonal scalings travel as fp32 vectors:
+  float* eq;          // [NC, HV, C] scale exp(G_i) / |q_i|  (O^T = (S^T Q^T) diag(eq) + ...)
+  float* ed;          // [NC, HV, C] exp(G_C - G_j) / |k_j|  (S^T += (Vn^T diag(ed)) K)
 };
 
 // Workspace layouts. A bf16 tile of NR rows (the mma's n index) and KC columns (its k index)
@@ -206,12 +210,13 @@ template <int NR> __device__ __forceinline__ int ws_word(int r, int c) {
   return ((((c >> 3) * (NR / 8) + (r >> 3)) << 3) + (r & 7)) * 4 + ((c & 7) >> 1);
 }
 // U = Tm V (fp32, C x V per (chunk, head)) in slices of 64 columns (one state block each), each
-// slice in the state pass's accumulator-fragment order: lane l of warp w reads its 32 elements
-// (n-tile nt = c / 8, element e) as 8 consecutive float4. ws_u: word of element (c, v).
+// slice in the state pass's accumulator-fragment order: the 4 elements of n-tile nt = c / 8 that
+// lane l of warp w holds are float4 number nt * 128 + 32 w + l (a warp reads 512 contiguous
+// bytes per n-tile). ws_u: word of element (c, v).
 __device__ __forceinline__ int ws_u(int c, int v) {
   const int s = v >> 6, w = (v & 63) >> 4, gid = v & 7, hi = (v & 15) >> 3;
   const int nt = c >> 3, tig = (c & 7) >> 1, lo = c & 1;
-  return s * 64 * 64 + (((w * 32 + gid * 4 + tig) * 8 + nt) << 2) + 2 * hi + lo;
+  return s * 64 * 64 + ((nt * 128 + w * 32 + gid * 4 + tig) << 2) + 2 * hi + lo;
 }
 
 struct ChunkParams {
@@ -225,6 +230,7 @@ struct ChunkParams {
   const std::int32_t* chunk_len;   // [NC] 1..64
   int HK, HV;
   bool tiled, l2norm;
+  bool exact_ws;  // write the exact workspace format (v5 chunk kernel only; see Workspace)
   float scale;
   Workspace ws;
 };
@@ -602,7 +608,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt) {
-      const float4 u4 = reinterpret_cast<const float4*>(sU)[(warp * 32 + lane) * 8 + nt];
+      const float4 u4 = reinterpret_cast<const float4*>(sU)[nt * 128 + warp * 32 + lane];
       vn[nt][0] = u4.x - ws[nt][0];
       vn[nt][1] = u4.y - ws[nt][1];
       vn[nt][2] = u4.z - ws[nt][2];
@@ -827,9 +833,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
     for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {  // i: word in ws_word<C> order
       const int pc = i >> 2, nb = (pc >> 3) % (C / 8), kb = (pc >> 3) / (C / 8);
       const int r = nb * 8 + (pc & 7), c = kb * 8 + 2 * (i & 3);
-      const float f = p.scale * sE[r] * sRq[r];
       const __nv_bfloat162 qq = *reinterpret_cast<const __nv_bfloat162*>(sQ + r * LB + c);
-      split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
+      if (p.exact_ws) {  // Q itself; its scaling goes out as the vector eq
+        Qh[i] = *reinterpret_cast<const std::uint32_t*>(&qq);
+      } else {
+        const float f = p.scale * sE[r] * sRq[r];
+        split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
+      }
+    }
+    if (p.exact_ws && tid < C) {
+      p.ws.eq[base * C + tid] = p.scale * sE[tid] * sRq[tid];
+      p.ws.ed[base * C + tid] = sD[tid];
     }
   }
   __syncthreads();  // sQ reads done
@@ -843,8 +857,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkPara
     for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {  // i: word in ws_word<K> order
       const int pc = i >> 2, nb = (pc >> 3) % (K / 8), kb = (pc >> 3) / (K / 8);
       const int d = nb * 8 + (pc & 7), r = kb * 8 + 2 * (i & 3);
-      split_pair(sD[r] * __bfloat162float(sK[r * LB + d]),
-                 sD[r + 1] * __bfloat162float(sK[(r + 1) * LB + d]), Kh[i], Kl[i]);
+      if (p.exact_ws) {  // K^T itself; its scaling goes out as the vector ed
+        __nv_bfloat162 kk;
+        kk.x = sK[r * LB + d];
+        kk.y = sK[(r + 1) * LB + d];
+        Kh[i] = *reinterpret_cast<const std::uint32_t*>(&kk);
+      } else {
+        split_pair(sD[r] * __bfloat162float(sK[r * LB + d]),
+                   sD[r + 1] * __bfloat162float(sK[(r + 1) * LB + d]), Kh[i], Kl[i]);
+      }
     }
     if (t2 == 0) p.ws.gc[base] = sG[C - 1];
   }
@@ -979,8 +1000,13 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::size_t b_cc = align_up(2 * tiles * C * C);  // one bf16 plane of a C x C tile
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
   const std::size_t b_gc = align_up(sizeof(float) * tiles);
+  const std::size_t b_vec = align_up(sizeof(float) * tiles * C);
+  // The exact workspace format (Q, K^T themselves + eq, ed) needs the v5 chunk kernel (bf16 q/k)
+  // and is read by the wgmma state pass only.
+  const bool v5_chunk = use_v5_chunk(pr, a), wg = use_wg_state();
+  const bool exact_ws = v5_chunk && wg;
   cuda::Scratch scratch(st);
-  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc);
+  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_vec);
   if (!stt.ok()) return stt;
   cuda::ChunkTable table;
   stt = cuda::build_chunk_table(plan, offs, scratch.as<void>(0), st, &table);
@@ -992,7 +1018,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   ws.ph = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.pl = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.u = scratch.as<float>(off), off += b_cv;
-  ws.gc = scratch.as<float>(off);
+  ws.gc = scratch.as<float>(off), off += b_gc;
+  ws.eq = scratch.as<float>(off), off += b_vec;
+  ws.ed = scratch.as<float>(off);
   const std::int32_t* d_tok0 = table.tok0;
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
@@ -1011,10 +1039,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     cp.tiled = pr.head_map == HeadMap::tiled;
     cp.l2norm = pr.qk_l2norm;
     cp.scale = pr.scale;
+    cp.exact_ws = exact_ws;
     cp.ws = ws;
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     const dim3 grid(static_cast<unsigned>(NC), static_cast<unsigned>(pr.HV));
-    if (use_v5_chunk(pr, a)) {
+    if (v5_chunk) {
       auto go = [&](auto kern) -> Status {
         constexpr std::size_t smem = ChunkSmemV5<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1064,7 +1093,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.ws = ws;
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
-  const bool wg = use_wg_state();
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
@@ -1074,8 +1102,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    if (wg && exact_ws)
+      return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
+                "wy_tc_state_kernel_wg launch");
     if (wg)
-      return go(wy_tc_state_kernel_wg<TOut, K, V>, StateSmemWg<K, V>::bytes,
+      return go(wy_tc_state_kernel_wg<TOut, K, V, false>, StateSmemWg<K, V, false>::bytes,
                 "wy_tc_state_kernel_wg launch");
     return go(wy_tc_state_kernel<TOut, K, V>, StateSmem<K, V>::bytes,
               "wy_tc_state_kernel launch");

@@ -93,6 +93,14 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const std::uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum));
 }
 
+// m64nKk16 accumulate into a K-column accumulator (K = 64 or 128).
+template <int K> __device__ __forceinline__ void wgmma_nk(float (&d)[K / 8][4],
+                                                          const std::uint32_t (&a)[4],
+                                                          std::uint64_t desc) {
+  if constexpr (K == 128) wgmma_n128<1>(d, a, desc);
+  else wgmma_n64<1>(d, a, desc);
+}
+
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -145,35 +153,49 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 
 }  // namespace wg
 
-template <int K, int V> struct StateSmemWg {
+// Shared memory of one block: NBUF buffers of tiles A (phase 1) and tiles B (phase 2).
+// Split format (kExact = false): A = W hi/lo, Qs hi/lo (4 x 16 KiB at K = 128), U slice (16 KiB);
+// B = P hi/lo (2 x 8 KiB), Kd^T hi/lo (2 x 16 KiB); 128 KiB, one buffer each (NBUF = 1).
+// Exact format (kExact): A = W hi/lo, Q, U slice, eq (64.25 KiB); B = P hi/lo, K^T, ed
+// (32.25 KiB); two buffers each (NBUF = 2, 193 KiB), so a chunk's tiles load during the whole
+// previous chunk. Every tile 128-byte aligned.
+template <int K, int V, bool kExact> struct StateSmemWg {
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
+  static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
   static constexpr int kU = C * VS * 4;  // bytes of the block's U slice (ws_u order)
-  // Group A: W hi/lo, Qs hi/lo (4 x 16 KiB at K = 128), U slice (16 KiB). Group B: P hi/lo
-  // (2 x 8 KiB), Kd^T hi/lo (2 x 16 KiB). 128 KiB at K = V = 128; every tile 128-byte aligned.
-  static constexpr int oWh = 0, oWl = kCK, oQh = 2 * kCK, oQl = 3 * kCK, oU = 4 * kCK;
-  static constexpr int oPh = oU + kU, oPl = oPh + kCC, oKh = oPl + kCC, oKl = oKh + kCK;
-  static constexpr unsigned kBytesA = 4 * kCK + kU, kBytesB = 2 * kCC + 2 * kCK;
-  static constexpr std::size_t bytes = static_cast<std::size_t>(oKl) + kCK;
-  static_assert(oPh % 128 == 0 && oKh % 128 == 0, "tiles 128-byte aligned");
+  static constexpr int kVec = C * 4;     // bytes of eq or ed
+  // offsets inside one A buffer / one B buffer
+  static constexpr int oWh = 0, oWl = kCK, oQh = 2 * kCK, oQl = 3 * kCK;
+  static constexpr int oU = kExact ? 3 * kCK : 4 * kCK, oEq = oU + kU;
+  static constexpr int kBytesA = oEq + (kExact ? kVec : 0);
+  static constexpr int kStrideA = (kBytesA + 127) / 128 * 128;
+  static constexpr int oPh = 0, oPl = kCC, oKh = 2 * kCC, oKl = 2 * kCC + kCK;
+  static constexpr int oEd = kExact ? 2 * kCC + kCK : 0;
+  static constexpr int kBytesB = kExact ? oEd + kVec : 2 * kCC + 2 * kCK;
+  static constexpr int kStrideB = (kBytesB + 127) / 128 * 128;
+  static constexpr int oB = NBUF * kStrideA;  // first B buffer
+  static constexpr std::size_t bytes = static_cast<std::size_t>(oB) + NBUF * kStrideB;
+  static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
 };
 
-// The v5 state pass (wy_tc_state_kernel) with wgmma folds; see the top of this file.
-template <typename TOut, int K, int V>
+// The v5 state pass (wy_tc_state_kernel) with wgmma folds; see the top of this file. kExact:
+// the workspace carries Q and K^T themselves (exact bf16) plus the vectors eq, ed: O^T =
+// (S^T Q^T) diag(eq) + Vn^T P^T and S^T' = exp(G_C) S^T + (Vn^T diag(ed)) K, two wgmma per
+// product (S^T or Vn^T diag(ed) split, times the exact tile) instead of three.
+template <typename TOut, int K, int V, bool kExact>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
-  using Sm = StateSmemWg<K, V>;
+  using Sm = StateSmemWg<K, V, kExact>;
+  constexpr int NBUF = Sm::NBUF;
   extern __shared__ __align__(128) unsigned char smem_wg[];
-  __shared__ __align__(8) std::uint64_t bar[2];  // tiles A / tiles B landed (one phase per chunk)
-  const float4* sU = reinterpret_cast<const float4*>(smem_wg + Sm::oU);  // ws_u slice order
+  __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = wg::saddr(smem_wg);
-  if (threadIdx.x == 0) {
-    wg::mbar_init(&bar[0]);
-    wg::mbar_init(&bar[1]);
-  }
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 2 * NBUF; ++i) wg::mbar_init(&bar[i]);
   __syncthreads();
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
@@ -192,38 +214,50 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
 
   // Descriptor strides: a tile of NR rows has LBO = NR * 16 and advances NR * 32 bytes per k16.
   constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
-  // Negative control: the W^T fold reads the Qs tiles.
-  const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh, oWl = p.wg_negctl ? Sm::oQl : Sm::oWl;
+  // Negative control: the W^T fold reads the Q(s) tiles.
+  const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;
+  const unsigned oWl = p.wg_negctl ? (kExact ? Sm::oQh : Sm::oQl) : Sm::oWl;
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  auto issue_a = [&](int cg) {  // thread 0 only
+  // Tiles of chunk cg into buffer (cg - c_begin) % NBUF; thread 0 only.
+  auto issue_a = [&](int cg) {
+    const int b = (cg - c_begin) % NBUF;
+    unsigned char* d = smem_wg + b * Sm::kStrideA;
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    wg::mbar_expect(&bar[0], Sm::kBytesA);
-    wg::bulk_g2s(smem_wg + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[0]);
-    wg::bulk_g2s(smem_wg + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[0]);
-    wg::bulk_g2s(smem_wg + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[0]);
-    wg::bulk_g2s(smem_wg + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[0]);
-    wg::bulk_g2s(smem_wg + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[0]);
+    wg::mbar_expect(&bar[b], Sm::kBytesA);
+    wg::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
+    wg::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
+    wg::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
+    if constexpr (!kExact) wg::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
+    wg::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
+    if constexpr (kExact) wg::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
   };
-  auto issue_b = [&](int cg) {  // thread 0 only
+  auto issue_b = [&](int cg) {
+    const int b = (cg - c_begin) % NBUF;
+    unsigned char* d = smem_wg + Sm::oB + b * Sm::kStrideB;
+    std::uint64_t* bb = &bar[NBUF + b];
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    wg::mbar_expect(&bar[1], Sm::kBytesB);
-    wg::bulk_g2s(smem_wg + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, &bar[1]);
-    wg::bulk_g2s(smem_wg + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, &bar[1]);
-    wg::bulk_g2s(smem_wg + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, &bar[1]);
-    wg::bulk_g2s(smem_wg + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, &bar[1]);
+    wg::mbar_expect(bb, Sm::kBytesB);
+    wg::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
+    wg::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
+    wg::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
+    if constexpr (!kExact) wg::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
+    if constexpr (kExact) wg::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
   };
-  if (c_begin < c_end && threadIdx.x == 0) {
-    issue_a(c_begin);
-    issue_b(c_begin);
-  }
+  if (threadIdx.x == 0)
+    for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
+      issue_a(cg);
+      issue_b(cg);
+    }
   TOut* o = static_cast<TOut*>(p.o);
   for (int cg = c_begin; cg < c_end; ++cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
     const float decay = expf(p.ws.gc[base]);
-    const unsigned parity = (cg - c_begin) & 1;
-    wg::mbar_wait(&bar[0], parity);  // tiles A of this chunk (tiles B may still be in flight)
-    // Phase 1: X = S^T W^T and O^T = S^T Qs^T, S^T split hi + lo in registers.
+    const int b = (cg - c_begin) % NBUF;
+    const unsigned parity = ((cg - c_begin) / NBUF) & 1;
+    const unsigned bufA = sb + b * Sm::kStrideA, bufB = sb + Sm::oB + b * Sm::kStrideB;
+    wg::mbar_wait(&bar[b], parity);  // tiles A of this chunk
+    // Phase 1: X = S^T W^T and O^T = S^T Q(s)^T, S^T split hi + lo in registers.
     std::uint32_t ah[K / 16][4], al[K / 16][4];
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
@@ -232,61 +266,85 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {
       const unsigned kofs = ks * C * 32;
-      const std::uint64_t wh = wg::desc(sb + oWh + kofs, lC, kSbo);
-      const std::uint64_t wl = wg::desc(sb + oWl + kofs, lC, kSbo);
-      const std::uint64_t qh = wg::desc(sb + Sm::oQh + kofs, lC, kSbo);
-      const std::uint64_t ql = wg::desc(sb + Sm::oQl + kofs, lC, kSbo);
+      const std::uint64_t wh = wg::desc(bufA + oWh + kofs, lC, kSbo);
+      const std::uint64_t wl = wg::desc(bufA + oWl + kofs, lC, kSbo);
+      const std::uint64_t qh = wg::desc(bufA + Sm::oQh + kofs, lC, kSbo);
       if (ks == 0) {
         wg::wgmma_n64<0>(xw, ah[ks], wl);
-        wg::wgmma_n64<0>(ot, ah[ks], ql);
+        wg::wgmma_n64<0>(ot, al[ks], qh);
       } else {
         wg::wgmma_n64<1>(xw, ah[ks], wl);
-        wg::wgmma_n64<1>(ot, ah[ks], ql);
+        wg::wgmma_n64<1>(ot, al[ks], qh);
       }
       wg::wgmma_n64<1>(xw, al[ks], wh);
       wg::wgmma_n64<1>(xw, ah[ks], wh);
-      wg::wgmma_n64<1>(ot, al[ks], qh);
+      if constexpr (!kExact) {
+        const std::uint64_t ql = wg::desc(bufA + Sm::oQl + kofs, lC, kSbo);
+        wg::wgmma_n64<1>(ot, ah[ks], ql);
+      }
       wg::wgmma_n64<1>(ot, ah[ks], qh);
     }
     wg::commit();
     wg::wait<0>();
     wg::keep(xw);
     wg::keep(ot);
+    const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt) {
-      const float4 u4 = sU[(warp * 32 + lane) * 8 + nt];
+      const float4 u4 = sU[nt * 128 + warp * 32 + lane];
       vn[nt][0] = u4.x - xw[nt][0];
       vn[nt][1] = u4.y - xw[nt][1];
       vn[nt][2] = u4.z - xw[nt][2];
       vn[nt][3] = u4.w - xw[nt][3];
     }
+    if constexpr (kExact) {  // O^T columns (tokens) scaled by eq before the P fold adds in
+      const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEq + nt * 8 + 2 * tig);
+        ot[nt][0] *= e2.x, ot[nt][1] *= e2.y, ot[nt][2] *= e2.x, ot[nt][3] *= e2.y;
+      }
+    }
     __syncthreads();  // every warp is done with tiles A (its wgmmas completed at wait<0>)
-    if (cg + 1 < c_end && threadIdx.x == 0) issue_a(cg + 1);
+    if (cg + NBUF < c_end && threadIdx.x == 0) issue_a(cg + NBUF);
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
-    // Phase 2: S^T += Vn^T Kd and O^T += Vn^T P^T, Vn^T split hi + lo in registers.
+    // Phase 2: S^T += Vn^T Kd (or (Vn^T diag(ed)) K) and O^T += Vn^T P^T, A operands split.
+    wg::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk
     std::uint32_t vh[C / 16][4], vl[C / 16][4];
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
-    wg::mbar_wait(&bar[1], parity);  // tiles B of this chunk (tiles A of the next may be in flight)
+    std::uint32_t dh[kExact ? C / 16 : 1][4], dl[kExact ? C / 16 : 1][4];
+    if constexpr (kExact) {
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
+      float vd[C / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
+        vd[nt][0] = vn[nt][0] * e2.x, vd[nt][1] = vn[nt][1] * e2.y;
+        vd[nt][2] = vn[nt][2] * e2.x, vd[nt][3] = vn[nt][3] * e2.y;
+      }
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], vd, kc);
+    }
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {
-      const std::uint64_t kh = wg::desc(sb + Sm::oKh + kc * K * 32, lK, kSbo);
-      const std::uint64_t kl = wg::desc(sb + Sm::oKl + kc * K * 32, lK, kSbo);
-      const std::uint64_t ph = wg::desc(sb + Sm::oPh + kc * C * 32, lC, kSbo);
-      const std::uint64_t pl = wg::desc(sb + Sm::oPl + kc * C * 32, lC, kSbo);
-      if constexpr (K == 128) {
-        wg::wgmma_n128<1>(st, vh[kc], kl);
-        wg::wgmma_n128<1>(st, vl[kc], kh);
-        wg::wgmma_n128<1>(st, vh[kc], kh);
+      const std::uint64_t kh = wg::desc(bufB + Sm::oKh + kc * K * 32, lK, kSbo);
+      const std::uint64_t ph = wg::desc(bufB + Sm::oPh + kc * C * 32, lC, kSbo);
+      const std::uint64_t pl = wg::desc(bufB + Sm::oPl + kc * C * 32, lC, kSbo);
+      if constexpr (kExact) {
+        wg::wgmma_nk<K>(st, dl[kc], kh);
+        wg::wgmma_nk<K>(st, dh[kc], kh);
       } else {
-        wg::wgmma_n64<1>(st, vh[kc], kl);
-        wg::wgmma_n64<1>(st, vl[kc], kh);
-        wg::wgmma_n64<1>(st, vh[kc], kh);
+        const std::uint64_t kl = wg::desc(bufB + Sm::oKl + kc * K * 32, lK, kSbo);
+        wg::wgmma_nk<K>(st, vh[kc], kl);
+        wg::wgmma_nk<K>(st, vl[kc], kh);
+        wg::wgmma_nk<K>(st, vh[kc], kh);
       }
       wg::wgmma_n64<1>(ot, vh[kc], pl);
       wg::wgmma_n64<1>(ot, vl[kc], ph);
@@ -297,7 +355,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::keep(st);
     wg::keep(ot);
     __syncthreads();  // every warp is done with tiles B
-    if (cg + 1 < c_end && threadIdx.x == 0) issue_b(cg + 1);
+    if (cg + NBUF < c_end && threadIdx.x == 0) issue_b(cg + NBUF);
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
