@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "check/check.hpp"
@@ -108,6 +110,58 @@ TEST(WyTcState, NegativeControlFails) {
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_FALSE(r.pass) << "parity passed with the wrong operand: the wgmma pass did not run, or "
                           "the check cannot see it";
+}
+
+// o at an address that is not 16-byte aligned (a view one element into a larger buffer): the
+// v6 pass cannot store whole 16-byte pieces and must take its element path; results equal the
+// aligned run bit for bit.
+TEST(WyTcState, UnalignedOutputEqualsAligned) {
+  check::CaseSpec s = testutil::spec_of({100, 37}, 2, 4, 128, 128);
+  s.h0 = true;
+  const check::Case c = check::make_case(s, 91);
+  const check::ArmOutput ref = check::run_arm(Arm::wy_tc, c, true);
+  ASSERT_TRUE(ref.status.ok()) << ref.status.message();
+
+  const std::int64_t n_o = c.T * c.prob.HV * c.prob.V;
+  std::vector<std::uint16_t> o_host(static_cast<std::size_t>(n_o));
+  std::vector<float> state_host(c.h0.size());
+  gdn::PrefillArgs a = c.host_args(o_host.data(), state_host.data());
+  ASSERT_EQ(a.o.dtype, gdn::DType::bf16);
+  std::vector<void*> owned;
+  auto to_device = [&](gdn::TensorView* t, std::size_t pad) -> bool {
+    if (!t->defined()) return true;
+    std::int64_t last = 0;
+    for (int d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->stride[d];
+    const std::size_t bytes = static_cast<std::size_t>(last + 1) * gdn::dtype_size(t->dtype);
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes + pad) != cudaSuccess) return false;
+    owned.push_back(ptr);
+    char* at = static_cast<char*>(ptr) + pad;
+    if (cudaMemcpy(at, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+    t->data = at;
+    return true;
+  };
+  bool ok = true;
+  for (gdn::TensorView* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.h0, &a.hT})
+    ok = ok && to_device(t, 0);
+  ok = ok && to_device(&a.o, 2);  // one bf16 element in: rows no longer 16-byte aligned
+  ASSERT_TRUE(ok) << "device copies failed";
+  a.on_device = true;
+  gdn::RunInfo info;
+  const gdn::Status st = gdn::prefill(c.prob, a, Arm::wy_tc, &info);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(info.ran, Arm::wy_tc) << info.note;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(o_host.data(), a.o.data, o_host.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (void* ptr : owned) cudaFree(ptr);
+  ASSERT_EQ(ref.o.size(), o_host.size());
+  for (std::size_t i = 0; i < o_host.size(); ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(o_host[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    ASSERT_EQ(static_cast<double>(f), ref.o[i]) << "unaligned o differs at " << i;
+  }
 }
 
 }  // namespace

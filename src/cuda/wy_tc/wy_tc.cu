@@ -404,6 +404,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
 struct StateParams {
   void* o;  // [T, HV, V]
   std::int64_t o_st, o_sh;
+  bool o_vec;     // o rows start 16-byte aligned (v6 writes 16-byte pieces)
+  bool o_direct;  // v6: store O from registers element by element (GDN_WYTC_O_DIRECT=1, A/B)
   const float* h0;  // [N, HV, K, V] or [N, HV, V, K]; null = zero
   float* hT;        // same; null = not written; may equal h0
   bool vk;
@@ -1094,8 +1096,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
+  sp.o_direct = env_is("GDN_WYTC_O_DIRECT", "1");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
+    constexpr std::int64_t kEs = sizeof(TOut);
+    sp.o_vec = reinterpret_cast<std::uintptr_t>(a.o.data) % 16 == 0 && (a.o.stride[0] * kEs) % 16 == 0 &&
+               (a.o.stride[1] * kEs) % 16 == 0;
     auto go = [&](auto kern, std::size_t smem, const char* name) -> Status {
       GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));

@@ -176,7 +176,10 @@ template <int K, int V, bool kExact> struct StateSmemWg {
   static constexpr int kBytesB = kExact ? oEd + kVec : 2 * kCC + 2 * kCK;
   static constexpr int kStrideB = (kBytesB + 127) / 128 * 128;
   static constexpr int oB = NBUF * kStrideA;  // first B buffer
-  static constexpr std::size_t bytes = static_cast<std::size_t>(oB) + NBUF * kStrideB;
+  // O^T staged as rows of tokens (C x 64 values, 16 bytes of padding per row, sized for fp32 out)
+  // so that the block writes o in 16-byte pieces of whole 64-value row segments.
+  static constexpr int oO = oB + NBUF * kStrideB;
+  static constexpr std::size_t bytes = static_cast<std::size_t>(oO) + C * (VS * 4 + 16);
   static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
 };
 
@@ -354,17 +357,42 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::wait<0>();
     wg::keep(st);
     wg::keep(ot);
-    __syncthreads();  // every warp is done with tiles B
-    if (cg + NBUF < c_end && threadIdx.x == 0) issue_b(cg + NBUF);
+    // O^T -> token rows in shared memory (row stride: 16 bytes of padding keep the four tig rows
+    // of one store on distinct banks), then whole 16-byte pieces to o.
+    constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
+    TOut* sO = reinterpret_cast<TOut*>(smem_wg + Sm::oO);
+    if (p.o_direct) {  // A/B (GDN_WYTC_O_DIRECT=1): every element straight to o, as v5 does
 #pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
+      for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = nt * 8 + 2 * tig + (e & 1);
-        if (i < len)
-          o[(tok0 + i) * p.o_st + h * p.o_sh + v0 + gid + 8 * (e >> 1)] =
+        for (int e = 0; e < 4; ++e) {
+          const int i = nt * 8 + 2 * tig + (e & 1);
+          if (i < len)
+            o[(tok0 + i) * p.o_st + h * p.o_sh + v0 + gid + 8 * (e >> 1)] =
+                from_f32<TOut>(ot[nt][e]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sO[(nt * 8 + 2 * tig + (e & 1)) * kLdO + warp * 16 + gid + 8 * (e >> 1)] =
               from_f32<TOut>(ot[nt][e]);
+    }
+    __syncthreads();  // every warp is done with tiles B; sO complete
+    if (cg + NBUF < c_end && threadIdx.x == 0) issue_b(cg + NBUF);
+    constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
+    for (int q = threadIdx.x; !p.o_direct && q < len * kPieces; q += SCfg::kThreads) {
+      const int i = q / kPieces, c0 = (q % kPieces) * kEl;
+      TOut* dst = o + (tok0 + i) * p.o_st + h * p.o_sh + slice * VS + c0;
+      const TOut* src = sO + i * kLdO + c0;
+      if (p.o_vec) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kEl; ++j) dst[j] = src[j];
       }
+    }
   }
   if (p.hT) {
 #pragma unroll
