@@ -1,6 +1,7 @@
 // wy-tc arm (src/cuda/wy_tc): parity over the fixture set with derived bounds and negative
-// controls, bitwise reproducibility, hT aliasing h0, varlen with a zero-length sequence, and the
-// project's accuracy claim at a 27b-like head group.
+// controls, bitwise reproducibility, hT aliasing h0, varlen with a zero-length sequence, the
+// project's accuracy claim at a 27b-like head group, and the chunk kernel variants v5 / v6
+// (GDN_WYTC_CHUNK) against the oracle and each other.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -12,11 +13,13 @@
 
 #include "check/check.hpp"
 #include "gdn/gdn.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 
 using gdn::Arm;
 namespace check = gdn::check;
+namespace testutil = gdn::testutil;
 
 std::string gtest_name(std::string s) {
   for (char& ch : s)
@@ -164,6 +167,81 @@ TEST(wy_tc, HtAliasesH0_T200_HK2_HV6_K128_bf16) {
     float f;
     std::memcpy(&f, &bits, 4);
     ASSERT_EQ(static_cast<double>(f), sep.o[i]) << "aliased o differs at " << i;
+  }
+}
+
+// Chunk kernel v6 (blocked solve, U formed transposed; the default for bf16 io) against v5
+// (GDN_WYTC_CHUNK=v5): both pass the oracle with the derived bound on every case the kernel
+// templates distinguish (K, V in {64, 128}, l2norm, varlen with a zero-length sequence, partial
+// chunks, f32 beta and out, vk state layout). They write the same workspace up to the order of the
+// fp32 solve (different summation order, same fp32 precision), so they agree to within a few
+// output roundings (o) and fp32 accumulation (state), and the final states must differ in some
+// bits (the switch took effect).
+TEST(wy_tc, ChunkV6MatchesV5AndOracle) {
+  struct V6Case {
+    const char* name;
+    check::CaseSpec spec;
+  };
+  std::vector<V6Case> cases;
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
+    s.decay = check::Decay::slow;
+    cases.push_back({"L300x0x1029x17_HK2_HV6_K128_V128", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({200, 65}, 1, 2, 64, 64);
+    s.out_dtype = gdn::DType::f32;
+    cases.push_back({"L200x65_HK1_HV2_K64_V64_f32out", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({129, 64}, 1, 3, 64, 128);
+    s.state_layout = gdn::StateLayout::vk;
+    s.l2norm_in_kernel = true;
+    cases.push_back({"L129x64_HK1_HV3_K64_V128_vk_l2norm", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({70, 333}, 2, 2, 128, 64);
+    s.head_map = gdn::HeadMap::tiled;
+    s.beta_dtype = gdn::DType::bf16;
+    cases.push_back({"L70x333_HK2_HV2_K128_V64_tiled_bf16beta", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);
+    s.l2norm_in_kernel = true;
+    cases.push_back({"L4099_HK2_HV6_K128_V128_l2norm", s});
+  }
+  static const char* const kVariants[] = {"v5", "v6"};
+  int seed = 60;
+  for (const V6Case& vc : cases) {
+    SCOPED_TRACE(vc.name);
+    const check::Case c = check::make_case(vc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    check::ArmOutput out[2];
+    int n = 0;
+    testutil::for_each_env("GDN_WYTC_CHUNK", kVariants, [&](const char* var) {
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc chunk %s %s: o %.3e state %.3e (util %.3f / %.3f)\n", var, vc.name,
+                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+      out[n] = check::run_arm(Arm::wy_tc, c, true);
+      ASSERT_TRUE(out[n].status.ok()) << out[n].status.message();
+      ASSERT_EQ(out[n].ran, Arm::wy_tc) << "fell back to " << gdn::to_string(out[n].ran);
+      ++n;
+    });
+    ASSERT_EQ(n, 2);
+    const check::Metrics dO = check::compare(out[0].o, out[1].o);
+    const check::Metrics dS = check::compare(out[0].hT, out[1].hT);
+    std::printf("wy-tc chunk v6 vs v5 %s: o %.3e state %.3e\n", vc.name, dO.rel_rms, dS.rel_rms);
+    EXPECT_LE(dO.rel_rms, 1e-3);
+    EXPECT_EQ(dO.nan_count, 0);
+    if (!out[0].hT.empty()) {
+      EXPECT_LE(dS.rel_rms, 2e-5);
+      EXPECT_EQ(dS.nan_count, 0);
+      EXPECT_NE(testutil::first_bit_difference(out[0].hT, out[1].hT), -1)
+          << "v5 and v6 gave bitwise equal states: the GDN_WYTC_CHUNK switch did not take effect";
+    }
   }
 }
 
