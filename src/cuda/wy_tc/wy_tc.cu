@@ -134,9 +134,12 @@ __device__ __forceinline__ int acc_col(int nt, int e) {
 }
 
 // Split x = hi + lo (bf16 each) for a pair of values; returns {hi pair, lo pair} as mma registers.
+// hi's two bf16 halves are read back as fp32 by bit moves (bf16 is the top half of an fp32), so
+// the split costs two conversions (the packs) instead of four.
 __device__ __forceinline__ void split_pair(float a, float b, std::uint32_t& hi, std::uint32_t& lo) {
   hi = pack_bf16(a, b);
-  lo = pack_bf16(bf16_residual(a), bf16_residual(b));
+  const float ha = __uint_as_float(hi << 16), hb = __uint_as_float(hi & 0xffff0000u);
+  lo = pack_bf16(a - ha, b - hb);
 }
 
 // Inclusive prefix sum of g over the C = 64 rows of a chunk, in place, by one warp: lane owns

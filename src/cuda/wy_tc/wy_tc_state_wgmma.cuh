@@ -266,21 +266,25 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     for (int ks = 0; ks < K / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
     float xw[C / 8][4], ot[C / 8][4];  // written by the first wgmma of each (scale-d = 0)
     wg::fence();
+    // Two groups: X (on the chain to the state update) first, then O^T's S^T part, which runs on
+    // the tensor cores while this warpgroup forms Vn^T and splits it.
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {
       const unsigned kofs = ks * C * 32;
       const std::uint64_t wh = wg::desc(bufA + oWh + kofs, lC, kSbo);
       const std::uint64_t wl = wg::desc(bufA + oWl + kofs, lC, kSbo);
-      const std::uint64_t qh = wg::desc(bufA + Sm::oQh + kofs, lC, kSbo);
-      if (ks == 0) {
-        wg::wgmma_n64<0>(xw, ah[ks], wl);
-        wg::wgmma_n64<0>(ot, al[ks], qh);
-      } else {
-        wg::wgmma_n64<1>(xw, ah[ks], wl);
-        wg::wgmma_n64<1>(ot, al[ks], qh);
-      }
+      if (ks == 0) wg::wgmma_n64<0>(xw, ah[ks], wl);
+      else wg::wgmma_n64<1>(xw, ah[ks], wl);
       wg::wgmma_n64<1>(xw, al[ks], wh);
       wg::wgmma_n64<1>(xw, ah[ks], wh);
+    }
+    wg::commit();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+      const unsigned kofs = ks * C * 32;
+      const std::uint64_t qh = wg::desc(bufA + Sm::oQh + kofs, lC, kSbo);
+      if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+      else wg::wgmma_n64<1>(ot, al[ks], qh);
       if constexpr (!kExact) {
         const std::uint64_t ql = wg::desc(bufA + Sm::oQl + kofs, lC, kSbo);
         wg::wgmma_n64<1>(ot, ah[ks], ql);
@@ -288,9 +292,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
       wg::wgmma_n64<1>(ot, ah[ks], qh);
     }
     wg::commit();
-    wg::wait<0>();
+    wg::wait<1>();  // X done (O^T's group may still run)
     wg::keep(xw);
-    wg::keep(ot);
     const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
 #pragma unroll
@@ -301,6 +304,28 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
       vn[nt][2] = u4.z - xw[nt][2];
       vn[nt][3] = u4.w - xw[nt][3];
     }
+    wg::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    std::uint32_t vh[C / 16][4], vl[C / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
+    std::uint32_t dh[kExact ? C / 16 : 1][4], dl[kExact ? C / 16 : 1][4];
+    if constexpr (kExact) {
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
+        vn[nt][0] *= e2.x, vn[nt][1] *= e2.y, vn[nt][2] *= e2.x, vn[nt][3] *= e2.y;
+      }
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], vn, kc);
+    }
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+    wg::wait<0>();  // O^T's S^T part done
+    wg::keep(ot);
     if constexpr (kExact) {  // O^T columns (tokens) scaled by eq before the P fold adds in
       const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
 #pragma unroll
@@ -311,29 +336,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     }
     __syncthreads();  // every warp is done with tiles A (its wgmmas completed at wait<0>)
     if (cg + NBUF < c_end && threadIdx.x == 0) issue_a(cg + NBUF);
-#pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
     // Phase 2: S^T += Vn^T Kd (or (Vn^T diag(ed)) K) and O^T += Vn^T P^T, A operands split.
-    wg::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk
-    std::uint32_t vh[C / 16][4], vl[C / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
-    std::uint32_t dh[kExact ? C / 16 : 1][4], dl[kExact ? C / 16 : 1][4];
-    if constexpr (kExact) {
-      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
-                                                        Sm::oEd);
-      float vd[C / 8][4];
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt) {
-        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
-        vd[nt][0] = vn[nt][0] * e2.x, vd[nt][1] = vn[nt][1] * e2.y;
-        vd[nt][2] = vn[nt][2] * e2.x, vd[nt][3] = vn[nt][3] * e2.y;
-      }
-#pragma unroll
-      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], vd, kc);
-    }
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {
