@@ -408,3 +408,237 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
 #endif
 }
+
+// v7 (GDN_WYTC_STATE=v7; exact workspace, K = 128): the same (sequence, head, 64 columns of V)
+// per block, but two warpgroups, each holding half of S^T's key columns (64 x 64). Per chunk each
+// forms its partial X_g = S^T_g W_g^T and O_g = S^T_g Q_g^T (half the k-steps), the partials meet
+// in shared memory (Vn^T = U^T - (X_0 + X_1), the same sum in both), each updates its own half,
+// S^T_g += (Vn^T diag(ed)) K_g, and warpgroup 0 adds the O partials and the P fold. The chain
+// between two chunks is half as long, and the two warpgroups' conversions and MMAs interleave.
+template <int V> struct StateSmemWg2 {
+  using Base = StateSmemWg<128, V, true>;
+  static constexpr int oX = static_cast<int>(Base::bytes) - Cfg::kChunk * (SCfg::kVSlice * 4 + 16);
+  // tiles (two buffers each, as v6b), then two 16 KiB fp32 partial buffers; the O staging rows
+  // (<= 17 KiB) reuse the partial buffers at the end of a chunk.
+  static constexpr int kX = Cfg::kChunk * SCfg::kVSlice * 4;
+  static constexpr std::size_t bytes = static_cast<std::size_t>(oX) + 2 * kX;
+  static_assert(Cfg::kChunk * (SCfg::kVSlice * 4 + 16) <= 2 * kX, "O staging fits");
+  static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
+};
+
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <typename TOut, int V>
+__global__ void __launch_bounds__(2 * SCfg::kThreads, 1) wy_tc_state_kernel_wg2(StateParams p) {
+#if GDN_WYTC_WG_DEVICE
+  constexpr int K = 128, KH = 64, C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS, NBUF = 2;
+  static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "warpgroups of 64 rows");
+  using Sm = StateSmemWg<K, V, true>;
+  using Sm2 = StateSmemWg2<V>;
+  extern __shared__ __align__(128) unsigned char smem_wg[];
+  __shared__ __align__(8) std::uint64_t bar[2 * NBUF];
+  const unsigned sb = wg::saddr(smem_wg);
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 2 * NBUF; ++i) wg::mbar_init(&bar[i]);
+  __syncthreads();
+
+  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
+  const int g = threadIdx.x >> 7, wt = threadIdx.x & 127;  // warpgroup, thread in it
+  const int lane = wt & 31, gid = lane >> 2, tig = lane & 3, warp = wt >> 5;
+  const int v0 = slice * VS + warp * 16;
+  const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
+  auto sidx = [&](int e, int nt) {  // h0 / hT index of this warpgroup's S^T element (nt, e)
+    const std::int64_t vv = v0 + gid + 8 * (e >> 1), kk = g * KH + nt * 8 + 2 * tig + (e & 1);
+    return p.vk ? (nh * V + vv) * K + kk : (nh * K + kk) * V + vv;
+  };
+  float st[KH / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < KH / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[sidx(e, nt)] : 0.f;
+
+  constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
+  const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh, oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  auto issue_a = [&](int cg) {
+    const int b = (cg - c_begin) % NBUF;
+    unsigned char* d = smem_wg + b * Sm::kStrideA;
+    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+    wg::mbar_expect(&bar[b], Sm::kBytesA);
+    wg::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
+    wg::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
+    wg::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
+    wg::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
+    wg::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
+  };
+  auto issue_b = [&](int cg) {
+    const int b = (cg - c_begin) % NBUF;
+    unsigned char* d = smem_wg + Sm::oB + b * Sm::kStrideB;
+    std::uint64_t* bb = &bar[NBUF + b];
+    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+    wg::mbar_expect(bb, Sm::kBytesB);
+    wg::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
+    wg::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
+    wg::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
+    wg::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
+  };
+  if (threadIdx.x == 0)
+    for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
+      issue_a(cg);
+      issue_b(cg);
+    }
+  float4* xbuf = reinterpret_cast<float4*>(smem_wg + Sm2::oX);  // [2][C / 8][128] partials
+  TOut* o = static_cast<TOut*>(p.o);
+  for (int cg = c_begin; cg < c_end; ++cg) {
+    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+    const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
+    const float decay = expf(p.ws.gc[base]);
+    const int b = (cg - c_begin) % NBUF;
+    const unsigned parity = ((cg - c_begin) / NBUF) & 1;
+    const unsigned bufA = sb + b * Sm::kStrideA, bufB = sb + Sm::oB + b * Sm::kStrideB;
+    wg::mbar_wait(&bar[b], parity);
+    std::uint32_t ah[KH / 16][4], al[KH / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < KH / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
+    float xw[C / 8][4], ot[C / 8][4];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < KH / 16; ++ks) {  // k-steps g * 4 + ks of the key dimension
+      const unsigned kofs = (g * (KH / 16) + ks) * C * 32;
+      const std::uint64_t wh = wg::desc(bufA + oWh + kofs, lC, kSbo);
+      const std::uint64_t wl = wg::desc(bufA + oWl + kofs, lC, kSbo);
+      if (ks == 0) wg::wgmma_n64<0>(xw, ah[ks], wl);
+      else wg::wgmma_n64<1>(xw, ah[ks], wl);
+      wg::wgmma_n64<1>(xw, al[ks], wh);
+      wg::wgmma_n64<1>(xw, ah[ks], wh);
+    }
+    wg::commit();
+#pragma unroll
+    for (int ks = 0; ks < KH / 16; ++ks) {
+      const unsigned kofs = (g * (KH / 16) + ks) * C * 32;
+      const std::uint64_t qh = wg::desc(bufA + Sm::oQh + kofs, lC, kSbo);
+      if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+      else wg::wgmma_n64<1>(ot, al[ks], qh);
+      wg::wgmma_n64<1>(ot, ah[ks], qh);
+    }
+    wg::commit();
+    wg::wait<1>();  // X_g done
+    wg::keep(xw);
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt)
+      xbuf[(g * (C / 8) + nt) * 128 + wt] = make_float4(xw[nt][0], xw[nt][1], xw[nt][2], xw[nt][3]);
+    __syncthreads();  // S1: both partials written
+    const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
+    float vn[C / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt) {
+      const float4 u4 = sU[nt * 128 + wt], x0 = xbuf[nt * 128 + wt],
+                   x1 = xbuf[(C / 8 + nt) * 128 + wt];
+      vn[nt][0] = u4.x - (x0.x + x1.x);
+      vn[nt][1] = u4.y - (x0.y + x1.y);
+      vn[nt][2] = u4.z - (x0.z + x1.z);
+      vn[nt][3] = u4.w - (x0.w + x1.w);
+    }
+    wg::mbar_wait(&bar[NBUF + b], parity);  // tiles B (ed, P, K^T)
+    std::uint32_t vh[C / 16][4], vl[C / 16][4];
+    if (g == 0) {
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
+    }
+    std::uint32_t dh[C / 16][4], dl[C / 16][4];
+    {
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
+        vn[nt][0] *= e2.x, vn[nt][1] *= e2.y, vn[nt][2] *= e2.x, vn[nt][3] *= e2.y;
+      }
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], vn, kc);
+    }
+#pragma unroll
+    for (int nt = 0; nt < KH / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+    wg::wait<0>();  // O_g done
+    wg::keep(ot);
+    __syncthreads();  // S2: partials read, tiles A done with
+    if (cg + NBUF < c_end && threadIdx.x == 0) issue_a(cg + NBUF);
+    if (g == 1) {
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt)
+        xbuf[(C / 8 + nt) * 128 + wt] = make_float4(ot[nt][0], ot[nt][1], ot[nt][2], ot[nt][3]);
+    }
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) {  // S^T_g += (Vn^T diag(ed)) K_g: n rows g * 64 ..
+      const std::uint64_t kh = wg::desc(bufB + Sm::oKh + kc * K * 32 + g * (KH / 8) * 128, lK, kSbo);
+      wg::wgmma_n64<1>(st, dl[kc], kh);
+      wg::wgmma_n64<1>(st, dh[kc], kh);
+    }
+    wg::commit();
+    __syncthreads();  // S3: O_1 partial written
+    if (g == 0) {
+      const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float4 o1 = xbuf[(C / 8 + nt) * 128 + wt];
+        const float2 e2 = *reinterpret_cast<const float2*>(sEq + nt * 8 + 2 * tig);
+        ot[nt][0] = (ot[nt][0] + o1.x) * e2.x, ot[nt][1] = (ot[nt][1] + o1.y) * e2.y;
+        ot[nt][2] = (ot[nt][2] + o1.z) * e2.x, ot[nt][3] = (ot[nt][3] + o1.w) * e2.y;
+      }
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) {
+        const std::uint64_t ph = wg::desc(bufB + Sm::oPh + kc * C * 32, lC, kSbo);
+        const std::uint64_t pl = wg::desc(bufB + Sm::oPl + kc * C * 32, lC, kSbo);
+        wg::wgmma_n64<1>(ot, vh[kc], pl);
+        wg::wgmma_n64<1>(ot, vl[kc], ph);
+        wg::wgmma_n64<1>(ot, vh[kc], ph);
+      }
+      wg::commit();
+    }
+    wg::wait<0>();
+    wg::keep(st);
+    wg::keep(ot);
+    constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
+    TOut* sO = reinterpret_cast<TOut*>(smem_wg + Sm2::oX);  // reuses the partial buffers
+    if (g == 0) {
+      named_bar_sync(1, 128);  // warpgroup 0 is done reading the O_1 partial
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sO[(nt * 8 + 2 * tig + (e & 1)) * kLdO + warp * 16 + gid + 8 * (e >> 1)] =
+              from_f32<TOut>(ot[nt][e]);
+    }
+    __syncthreads();  // S4: tiles B done with, sO complete
+    if (cg + NBUF < c_end && threadIdx.x == 0) issue_b(cg + NBUF);
+    constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
+    for (int q = threadIdx.x; q < len * kPieces; q += 2 * SCfg::kThreads) {
+      const int i = q / kPieces, c0 = (q % kPieces) * kEl;
+      TOut* dst = o + (tok0 + i) * p.o_st + h * p.o_sh + slice * VS + c0;
+      const TOut* src = sO + i * kLdO + c0;
+      if (p.o_vec) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kEl; ++j) dst[j] = src[j];
+      }
+    }
+    __syncthreads();  // S5: sO read out before the next chunk's partials overwrite it
+  }
+  if (p.hT) {
+#pragma unroll
+    for (int nt = 0; nt < KH / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p.hT[sidx(e, nt)] = st[nt][e];
+  }
+#else
+  (void)p;
+  __trap();  // launched only where the sm_90a image runs (use_wg_state)
+#endif
+}
