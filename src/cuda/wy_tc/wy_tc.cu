@@ -1328,8 +1328,7 @@ bool env_is(const char* name, const char* value) {
 
 // The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
 // sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
-// capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80);
-// GDN_WYTC_STATE=v7 selects the two-warpgroup wgmma pass (exact workspace, K = 128).
+// capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
 bool use_wg_state() {
 #if defined(GDN_SM90A)
   if (env_is("GDN_WYTC_STATE", "v5")) return false;
@@ -1491,16 +1490,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    if constexpr (K == 128) {
-      if (wg && exact_ws && env_is("GDN_WYTC_STATE", "v7")) {
-        auto kern = wy_tc_state_kernel_wg2<TOut, V>;
-        constexpr std::size_t smem = StateSmemWg2<V>::bytes;
-        GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-        kern<<<static_cast<unsigned>(blocks), 2 * SCfg::kThreads, smem, st>>>(sp);
-        return cuda::from_cuda(cudaGetLastError(), "wy_tc_state_kernel_wg2 launch");
-      }
-    }
     if (wg && exact_ws)
       return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg launch");
