@@ -8,8 +8,8 @@
 //       registers); W = Tm diag(exp G) K; U = Tm V; P = scale (Q K^T .* Gam, lower incl. diag);
 //       Qs = scale diag(exp G) Q; Kd = diag(exp(G_C - G)) K. W, Qs, Kd^T, P are written as
 //       bf16 hi / lo planes (the split below, done once), U fp32.
-//   wy_tc_chunk_kernel_v5 / _v6  the same for bf16 io from bf16 smem tiles (ldmatrix, exact K K^T,
-//       Q K^T); v6 (the default, GDN_WYTC_CHUNK=v5 / v2 for the others) solves by 16 x 16 blocks
+//   wy_tc_chunk_kernel_v6  the same for bf16 io from bf16 smem tiles (ldmatrix, exact K K^T,
+//       Q K^T); the default there (GDN_WYTC_CHUNK=v2 forces v2); solves by 16 x 16 blocks
 //       on all four warps and forms U transposed (see its section below).
 //   wy_tc_state_kernel<TOut, K, V>  sequential over the chunks of one sequence, one block per
 //       (sequence, value head, 64 columns of V), 4 warps of 16 columns each; the transposed
@@ -162,7 +162,7 @@ __device__ __forceinline__ void chunk_cumsum(float* sG) {
 // Column c of X = (I + A)^-1 (A strictly lower, C x C fp32 rows of stride LA in shared memory) by
 // forward substitution, X[i][c] = d_ic - sum_j<i A[i][j] X[j][c], one thread per column, the
 // column in registers (fully unrolled; X[j][c] = 0 for j < c), A rows read as float4 broadcasts,
-// four partial sums to shorten the dependency chain (v2 and v5 chunk kernels: C = 64; v6: the
+// four partial sums to shorten the dependency chain (v2 chunk kernel: C = 64; v6: the
 // 16 x 16 diagonal blocks, C = 16, sA and sX pointing at the block's first element).
 template <int LA, int C = Cfg::kChunk>
 __device__ __forceinline__ void solve_column(const float* sA, float* sX, int c) {
@@ -236,7 +236,7 @@ struct ChunkParams {
   const std::int32_t* chunk_len;   // [NC] 1..64
   int HK, HV;
   bool tiled, l2norm;
-  bool exact_ws;  // write the exact workspace format (v5 chunk kernel only; see Workspace)
+  bool exact_ws;  // write the exact workspace format (v6 chunk kernel only; see Workspace)
   float scale;
   Workspace ws;
 };
@@ -706,249 +706,9 @@ template <int K, int V> struct ChunkSmemV5 {
       4 * static_cast<std::size_t>(Cfg::kChunk) * ((kXInQ ? 1 : 2) * LA + 7);
 };
 
-template <typename TBeta, int K, int V, bool kL2>
-__global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel_v5(ChunkParams p) {
-  constexpr int C = Cfg::kChunk;
-  using Sm = ChunkSmemV5<K, V>;
-  constexpr int LB = Sm::LB, LBV = Sm::LBV, LA = Sm::LA;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [C][LB]
-  __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
-  __nv_bfloat16* sV = sQ + C * LB;                                  // [C][LBV]
-  float* sA = reinterpret_cast<float*>(sV + C * LBV);               // [C][LA] strict-lower A
-  float* sX = Sm::kXInQ ? reinterpret_cast<float*>(sQ) : sA + C * LA;  // [C][LA] (I + A)^-1
-  float* sG = sA + C * LA + (Sm::kXInQ ? 0 : C * LA);  // cumulative log-decay
-  float* sE = sG + C;       // exp(G)
-  float* sD = sE + C;       // exp(G_C - G)
-  float* sB = sD + C;       // beta
-  float* sRk = sB + C;      // 1 / |k| (1 without l2norm)
-  float* sRq = sRk + C;     // 1 / |q|
-  float* sS = sRq + C;      // beta E rk: column scaling of X for W
-
-  const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int gid = lane >> 2, tig = lane & 3;
-  const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-  if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
-  const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
-  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
-  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
-  const TBeta* beta = static_cast<const TBeta*>(p.beta);
-
-  // Tiles: 16-byte pieces, rows past the chunk's length zero-filled (g = 0, beta = 0 there).
-  {
-    constexpr int PK = K / 8, PV = V / 8;  // 16-byte pieces per row
-    for (int i = tid; i < C * PK; i += Cfg::kThreads) {
-      const int r = i / PK, c = (i % PK) * 8;
-      const bool ok = r < len;
-      const std::int64_t t = tok0 + (ok ? r : 0);
-      cp_async16_zfill(sK + r * LB + c, k + t * p.k_st + kh * p.k_sh + c, ok);
-      cp_async16_zfill(sQ + r * LB + c, q + t * p.q_st + kh * p.q_sh + c, ok);
-    }
-    for (int i = tid; i < C * PV; i += Cfg::kThreads) {
-      const int r = i / PV, c = (i % PV) * 8;
-      const bool ok = r < len;
-      const std::int64_t t = tok0 + (ok ? r : 0);
-      cp_async16_zfill(sV + r * LBV + c, v + t * p.v_st + h * p.v_sh + c, ok);
-    }
-    cp_async_commit();
-  }
-  if (tid < C) {
-    const std::int64_t t = tok0 + tid;
-    sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
-    sB[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-  if (warp == 0) {
-    chunk_cumsum(sG);
-  } else if (kL2) {  // warps 1..3: row norms of k and q (rows of zeros get 1 / sqrt(1e-6))
-    for (int r = warp - 1; r < 2 * C; r += Cfg::kThreads / 32 - 1) {
-      const __nv_bfloat16* row = r < C ? sK + r * LB : sQ + (r - C) * LB;
-      float ss = 0.f;
-      for (int c = lane; c < K; c += 32) {
-        const float x = __bfloat162float(row[c]);
-        ss += x * x;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) (r < C ? sRk[r] : sRq[r - C]) = rsqrtf(ss + 1e-6f);
-    }
-  }
-  if (!kL2 && tid < C) sRk[tid] = 1.f, sRq[tid] = 1.f;
-  __syncthreads();
-  if (tid < C) {
-    sE[tid] = expf(sG[tid]);
-    sD[tid] = expf(sG[C - 1] - sG[tid]) * sRk[tid];  // Kd row scaling incl. the norm
-    sS[tid] = sB[tid] * sE[tid] * sRk[tid];
-  }
-
-  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-  const int m0 = warp * 16;
-  // Per-lane ldmatrix addresses (bytes); fragments add compile-time offsets. A: rows m0 + (lane
-  // & 15), column half lane >> 4. B (n-major tile): rows (lane & 7) + 8 (lane >> 4), column half
-  // (lane >> 3) & 1. B by .trans (k-major tile): rows lane & 15, column half lane >> 4.
-  const unsigned aK = smem_addr(sK + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
-  const unsigned aQ = smem_addr(sQ + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
-  const unsigned bK = smem_addr(sK + ((lane & 7) + ((lane >> 4) << 3)) * LB + ((lane >> 3) & 1) * 8);
-  const unsigned tK = smem_addr(sK + (lane & 15) * LB + (lane >> 4) * 8);
-  const unsigned tV = smem_addr(sV + (lane & 15) * LBV + (lane >> 4) * 8);
-  // Q K^T and K K^T for the warp's 16 rows, n-tiles up to the diagonal only.
-  {
-    float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
-    const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-      std::uint32_t ak[4], aq[4];
-      ldsm_x4_a(ak, aK + 2 * (ks * 16));
-      ldsm_x4_a(aq, aQ + 2 * (ks * 16));
-#pragma unroll
-      for (int np = 0; np < C / 16; ++np) {  // pairs of n-tiles: one x4 load gives both
-        if (2 * np < ntiles) {
-          std::uint32_t b[4];
-          // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
-          ldsm_x4_a(b, bK + 2 * (np * 16 * LB + ks * 16));
-          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-          mma_bf16(akk[2 * np], ak, b0);
-          mma_bf16(akk[2 * np + 1], ak, b1);
-          mma_bf16(aqk[2 * np], aq, b0);
-          mma_bf16(aqk[2 * np + 1], aq, b1);
-        }
-      }
-    }
-    std::uint32_t* Ph = p.ws.ph + base * C * C / 2;
-    std::uint32_t* Pl = p.ws.pl + base * C * C / 2;
-#pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int i = m0 + acc_row(e), j = acc_col(nt, e);
-        // The gate exponent is masked before the exp (G_i - G_j > 0 above the diagonal).
-        const float gi = sG[i], ri = sB[i] * sRk[i], rq = p.scale * sRq[i];
-        const float c0 = i >= j ? expf(gi - sG[j]) * sRk[j] : 0.f;
-        const float c1 = i >= j + 1 ? expf(gi - sG[j + 1]) * sRk[j + 1] : 0.f;
-        sA[i * LA + j] = i > j ? ri * akk[nt][e] * c0 : 0.f;
-        sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
-        const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
-        const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-        split_pair(x0, x1, Ph[ws_word<C>(i, j)], Pl[ws_word<C>(i, j)]);
-      }
-  }
-  __syncthreads();  // sA complete; sE, sD, sS ready
-  {  // Qs = scale diag(E rq) Q, split, by all threads: sQ is free afterwards (X goes there)
-    std::uint32_t* Qh = p.ws.qh + base * C * K / 2;
-    std::uint32_t* Ql = p.ws.ql + base * C * K / 2;
-    for (int i = tid; i < C * K / 2; i += Cfg::kThreads) {  // i: word in ws_word<C> order
-      const int pc = i >> 2, nb = (pc >> 3) % (C / 8), kb = (pc >> 3) / (C / 8);
-      const int r = nb * 8 + (pc & 7), c = kb * 8 + 2 * (i & 3);
-      const __nv_bfloat162 qq = *reinterpret_cast<const __nv_bfloat162*>(sQ + r * LB + c);
-      if (p.exact_ws) {  // Q itself; its scaling goes out as the vector eq
-        Qh[i] = *reinterpret_cast<const std::uint32_t*>(&qq);
-      } else {
-        const float f = p.scale * sE[r] * sRq[r];
-        split_pair(f * __low2float(qq), f * __high2float(qq), Qh[i], Ql[i]);
-      }
-    }
-    if (p.exact_ws && tid < C) {
-      p.ws.eq[base * C + tid] = p.scale * sE[tid] * sRq[tid];
-      p.ws.ed[base * C + tid] = sD[tid];
-    }
-  }
-  __syncthreads();  // sQ reads done
-  if (tid < C) {
-    solve_column<LA>(sA, sX, tid);
-  } else {
-    // Warps 2 and 3 meanwhile write Kd^T = (diag(D) K)^T, split.
-    const int t2 = tid - C;
-    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;
-    std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
-    for (int i = t2; i < C * K / 2; i += Cfg::kThreads - C) {  // i: word in ws_word<K> order
-      const int pc = i >> 2, nb = (pc >> 3) % (K / 8), kb = (pc >> 3) / (K / 8);
-      const int d = nb * 8 + (pc & 7), r = kb * 8 + 2 * (i & 3);
-      if (p.exact_ws) {  // K^T itself; its scaling goes out as the vector ed
-        __nv_bfloat162 kk;
-        kk.x = sK[r * LB + d];
-        kk.y = sK[(r + 1) * LB + d];
-        Kh[i] = *reinterpret_cast<const std::uint32_t*>(&kk);
-      } else {
-        split_pair(sD[r] * __bfloat162float(sK[r * LB + d]),
-                   sD[r + 1] * __bfloat162float(sK[(r + 1) * LB + d]), Kh[i], Kl[i]);
-      }
-    }
-    if (t2 == 0) p.ws.gc[base] = sG[C - 1];
-  }
-  __syncthreads();  // X complete
-  // A fragments of Y = X diag(beta E rk) (for W) and Xb = X diag(beta) (for U), rows m0..m0+15,
-  // split hi + lo, kept in registers across all n-tiles.
-  auto x_frag = [&](std::uint32_t (&hi)[C / 16][4], std::uint32_t (&lo)[C / 16][4],
-                    const float* colscale) {
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = m0 + gid + 8 * (r & 1), col = ks * 16 + 2 * tig + 8 * (r >> 1);
-        const float a0 = sX[row * LA + col] * colscale[col];
-        const float a1 = sX[row * LA + col + 1] * colscale[col + 1];
-        split_pair(a0, a1, hi[ks][r], lo[ks][r]);
-      }
-  };
-  // W = Y K and U = Xb V: B fragments of the exact bf16 row-major tiles K[j][d], V[j][d] (k index
-  // = token j) by ldmatrix .trans, x4 matrices (j 0-7, n 0-7), (j 8-15, n 0-7), (j 0-7, n 8-15),
-  // (j 8-15, n 8-15): b0 b1 of n-tile 2 np, then of 2 np + 1.
-  {
-    std::uint32_t yh[C / 16][4], yl[C / 16][4];
-    x_frag(yh, yl, sS);
-    float acc[K / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks)
-#pragma unroll
-      for (int np = 0; np < K / 16; ++np) {
-        std::uint32_t b[4];
-        ldsm_x4_t_a(b, tK + 2 * (ks * 16 * LB + np * 16));
-        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-        mma_bf16(acc[2 * np], yl[ks], b0);
-        mma_bf16(acc[2 * np], yh[ks], b0);
-        mma_bf16(acc[2 * np + 1], yl[ks], b1);
-        mma_bf16(acc[2 * np + 1], yh[ks], b1);
-      }
-    std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
-    std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
-#pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int at = ws_word<C>(m0 + acc_row(e), acc_col(nt, e));
-        split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
-      }
-  }
-  {
-    std::uint32_t xh[C / 16][4], xl[C / 16][4];
-    x_frag(xh, xl, sB);
-    float acc[V / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks)
-#pragma unroll
-      for (int np = 0; np < V / 16; ++np) {
-        std::uint32_t b[4];
-        ldsm_x4_t_a(b, tV + 2 * (ks * 16 * LBV + np * 16));
-        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-        mma_bf16(acc[2 * np], xl[ks], b0);
-        mma_bf16(acc[2 * np], xh[ks], b0);
-        mma_bf16(acc[2 * np + 1], xl[ks], b1);
-        mma_bf16(acc[2 * np + 1], xh[ks], b1);
-      }
-    float* U = p.ws.u + base * C * V;
-#pragma unroll
-    for (int nt = 0; nt < V / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2)
-      {
-        const int r = m0 + acc_row(e), c = acc_col(nt, e);
-        U[ws_u(r, c)] = acc[nt][e];
-        U[ws_u(r, c + 1)] = acc[nt][e + 1];
-      }
-  }
-}
+// The v5 chunk kernel (the first bf16-tile version, 5.29 ms for the whole arm at 9b06ffe) was
+// replaced by v6 below and removed after the A/B run r8 (3936abf: v6 0.43 ms faster at 32768);
+// it remains in git at 3936abf. ChunkSmemV5 is the shared-memory plan v6 kept.
 
 // ---- v6 chunk kernel (docs/NOTES_wy_tc.md, "v6 chunk kernel") ----
 // Same workspace, same products and the same fold precision as v5; what changes is the work
@@ -1343,9 +1103,9 @@ bool use_wg_state() {
 #endif
 }
 
-// Chunk kernel variant: 2 = v2 (any io), 5 = v5, 6 = v6 (both read q, k, v as bf16 in 16-byte
-// pieces: bf16 io with 16-byte aligned rows). v6 is the default there; GDN_WYTC_CHUNK=v5 or v2
-// forces the others (A/B measurements and tests in one build; read at every call).
+// Chunk kernel variant: 2 = v2 (any io), 6 = v6 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
+// with 16-byte aligned rows). v6 is the default there; GDN_WYTC_CHUNK=v2 forces v2 (A/B
+// measurements and tests in one build; read at every call).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
@@ -1356,7 +1116,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
            (t.stride[1] * 2) % 16 == 0;
   };
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
-  return env_is("GDN_WYTC_CHUNK", "v5") ? 5 : 6;
+  return 6;
 }
 
 template <int K, int V>
@@ -1376,11 +1136,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
   const std::size_t b_gc = align_up(sizeof(float) * tiles);
   const std::size_t b_vec = align_up(sizeof(float) * tiles * C);
-  // The exact workspace format (Q, K^T themselves + eq, ed) needs the v5 chunk kernel (bf16 q/k)
+  // The exact workspace format (Q, K^T themselves + eq, ed) needs the v6 chunk kernel (bf16 q/k)
   // and is read by the wgmma state pass only.
   const int chunk_v = chunk_variant(pr, a);
-  const bool v5_chunk = chunk_v != 2, wg = use_wg_state();  // v5 or v6 (same workspace)
-  const bool exact_ws = v5_chunk && wg;
+  const bool v6_chunk = chunk_v == 6, wg = use_wg_state();
+  const bool exact_ws = v6_chunk && wg;
   cuda::Scratch scratch(st);
   Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_vec);
   if (!stt.ok()) return stt;
@@ -1419,30 +1179,22 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     cp.ws = ws;
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     const dim3 grid(static_cast<unsigned>(NC), static_cast<unsigned>(pr.HV));
-    if (v5_chunk) {
+    if (v6_chunk) {
       auto go = [&](auto kern) -> Status {
-        constexpr std::size_t smem = ChunkSmemV5<K, V>::bytes;  // v5 and v6
+        constexpr std::size_t smem = ChunkSmemV5<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
         kern<<<grid, Cfg::kThreads, smem, st>>>(cp);
-        GDN_CUDA_LAUNCH_CHECK(chunk_v == 6 ? "wy_tc_chunk_kernel_v6" : "wy_tc_chunk_kernel_v5");
+        GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v6");
         return Status::Ok();
       };
       Status ls;
-      if (chunk_v == 6) {
-        if (a.beta.dtype == DType::bf16)
-          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v6<__nv_bfloat16, K, V, true>)
-                            : go(wy_tc_chunk_kernel_v6<__nv_bfloat16, K, V, false>);
-        else
-          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v6<float, K, V, true>)
-                            : go(wy_tc_chunk_kernel_v6<float, K, V, false>);
-      } else if (a.beta.dtype == DType::bf16) {
-        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v5<__nv_bfloat16, K, V, true>)
-                          : go(wy_tc_chunk_kernel_v5<__nv_bfloat16, K, V, false>);
-      } else {
-        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v5<float, K, V, true>)
-                          : go(wy_tc_chunk_kernel_v5<float, K, V, false>);
-      }
+      if (a.beta.dtype == DType::bf16)
+        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v6<__nv_bfloat16, K, V, true>)
+                          : go(wy_tc_chunk_kernel_v6<__nv_bfloat16, K, V, false>);
+      else
+        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v6<float, K, V, true>)
+                          : go(wy_tc_chunk_kernel_v6<float, K, V, false>);
       if (!ls.ok()) return ls;
     } else {
     Status ls = cuda::dispatch_dtype(a.q.dtype, [&](auto tin) -> Status {
