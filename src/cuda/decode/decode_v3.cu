@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/common.cuh"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_common.cuh"
@@ -39,7 +40,13 @@
 namespace gdn::detail {
 namespace {
 
+using cuda::bulk_g2s;
 using cuda::from_f32;
+using cuda::mbar_arrive;
+using cuda::mbar_arrive_tx;
+using cuda::mbar_init;
+using cuda::mbar_init_fence;
+using cuda::mbar_wait;
 using cuda::to_f32;
 using namespace decode_dev;
 
@@ -292,58 +299,6 @@ Status v3_ts(const DecodeLaunch& L, int force) {
 // ---------------------------------------------------------------------------------------------
 // v4: persistent; items are whole (n, h) tiles (BV = V), ring of `nst` shared stages filled by
 // cp.async.bulk from thread 0.
-[[maybe_unused]] __device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(std::uint64_t* b, unsigned count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-#else
-  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
-#endif
-}
-__device__ __forceinline__ void mbar_arrive(std::uint64_t* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(smem_u32(b))
-               : "memory");
-#else
-  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
-#endif
-}
-__device__ __forceinline__ void mbar_arrive_tx(std::uint64_t* b, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(
-                   smem_u32(b)),
-               "r"(bytes)
-               : "memory");
-#else
-  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
-#endif
-}
-__device__ __forceinline__ void mbar_wait(std::uint64_t* b, unsigned parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred p;\n WAIT_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra WAIT_%=;\n}" ::"r"(smem_u32(b)),
-      "r"(parity)
-      : "memory");
-#else
-  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
-#endif
-}
-__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes, std::uint64_t* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(b))
-      : "memory");
-#else
-  __trap();  // v4 runs on sm_90+ only (cuda_decode_v4 falls back to v3 below)
-#endif
-}
-
 template <typename TI, typename TS, int K, int BV>
 __global__ void __launch_bounds__(256, 1) v4_kernel(const DecodeLaunch L, const int items,
                                                     const int nst) {
@@ -374,9 +329,7 @@ __global__ void __launch_bounds__(256, 1) v4_kernel(const DecodeLaunch L, const 
   };
   if (tid == 0) {
     for (int i = 0; i < nst; ++i) mbar_init(&bar[i], 1);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
+    mbar_init_fence();
     int sl[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

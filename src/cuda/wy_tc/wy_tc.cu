@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "core/internal.hpp"
+#include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/chunk_table.cuh"
 #include "cuda/common/common.cuh"
 

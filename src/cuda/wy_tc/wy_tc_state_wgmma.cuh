@@ -29,6 +29,7 @@
 // W/Qs/P/Kd^T part shared by the head's two blocks through L2) make it close to memory-bound:
 // 48 heads x ~144 KiB of DRAM per chunk step.
 #pragma once
+// (cuda/common/bulk_copy.cuh, gdn::cuda::mbar_* / bulk_g2s, is included by wy_tc.cu at file scope.)
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GDN_WYTC_WG_DEVICE 1  // this device pass has wgmma (sm_90a)
@@ -108,31 +109,6 @@ __device__ __forceinline__ void commit() {
 template <int N> __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ unsigned saddr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(std::uint64_t* b) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(b)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// Arms barrier b for `bytes` of bulk copies (the arrival of the one issuing thread).
-__device__ __forceinline__ void mbar_expect(std::uint64_t* b, unsigned bytes) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
-               ::"r"(saddr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(std::uint64_t* b, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n WAIT_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra WAIT_%=;\n}\n" ::"r"(saddr(b)), "r"(parity) : "memory");
-}
-// bytes (multiple of 16, both ends 16-byte aligned) global -> shared, completing on barrier b.
-__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes,
-                                         std::uint64_t* b) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(saddr(dst)), "l"(src), "r"(bytes), "r"(saddr(b)) : "memory");
-}
 #endif  // GDN_WYTC_WG_DEVICE
 
 // Keeps the compiler from moving reads or writes of accumulators across wgmma issue / wait.
@@ -196,9 +172,11 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   constexpr int NBUF = Sm::NBUF;
   extern __shared__ __align__(128) unsigned char smem_wg[];
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
-  const unsigned sb = wg::saddr(smem_wg);
-  if (threadIdx.x == 0)
-    for (int i = 0; i < 2 * NBUF; ++i) wg::mbar_init(&bar[i]);
+  const unsigned sb = cuda::smem_u32(smem_wg);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2 * NBUF; ++i) cuda::mbar_init(&bar[i], 1);
+    cuda::mbar_init_fence();
+  }
   __syncthreads();
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
@@ -226,25 +204,25 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     const int b = (cg - c_begin) % NBUF;
     unsigned char* d = smem_wg + b * Sm::kStrideA;
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    wg::mbar_expect(&bar[b], Sm::kBytesA);
-    wg::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
-    wg::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
-    wg::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
-    if constexpr (!kExact) wg::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
-    wg::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
-    if constexpr (kExact) wg::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
+    cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
+    cuda::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
+    cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
+    cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
+    if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
+    cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
+    if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
   };
   auto issue_b = [&](int cg) {
     const int b = (cg - c_begin) % NBUF;
     unsigned char* d = smem_wg + Sm::oB + b * Sm::kStrideB;
     std::uint64_t* bb = &bar[NBUF + b];
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    wg::mbar_expect(bb, Sm::kBytesB);
-    wg::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
-    wg::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
-    wg::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
-    if constexpr (!kExact) wg::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
-    if constexpr (kExact) wg::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
+    cuda::mbar_arrive_tx(bb, Sm::kBytesB);
+    cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
+    cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
+    cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
+    if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
+    if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
   };
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
@@ -259,7 +237,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     const int b = (cg - c_begin) % NBUF;
     const unsigned parity = ((cg - c_begin) / NBUF) & 1;
     const unsigned bufA = sb + b * Sm::kStrideA, bufB = sb + Sm::oB + b * Sm::kStrideB;
-    wg::mbar_wait(&bar[b], parity);  // tiles A of this chunk
+    cuda::mbar_wait(&bar[b], parity);  // tiles A of this chunk
     // Phase 1: X = S^T W^T and O^T = S^T Q(s)^T, S^T split hi + lo in registers.
     std::uint32_t ah[K / 16][4], al[K / 16][4];
 #pragma unroll
@@ -304,7 +282,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
       vn[nt][2] = u4.z - xw[nt][2];
       vn[nt][3] = u4.w - xw[nt][3];
     }
-    wg::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
     std::uint32_t vh[C / 16][4], vl[C / 16][4];
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);

@@ -1,0 +1,69 @@
+// mbarrier and bulk-copy (TMA, cp.async.bulk) helpers for shared memory, sm_90+ (a trap below:
+// callers launch the kernels that use them only on such devices). Used by decode v4 and the wy-tc
+// wgmma state pass.
+#pragma once
+
+#include <cstdint>
+
+namespace gdn::cuda {
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(std::uint64_t* b, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+#else
+  __trap();  // sm_90+ only: callers dispatch on the device
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(smem_u32(b))
+               : "memory");
+#else
+  __trap();  // sm_90+ only: callers dispatch on the device
+#endif
+}
+__device__ __forceinline__ void mbar_arrive_tx(std::uint64_t* b, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(
+                   smem_u32(b)),
+               "r"(bytes)
+               : "memory");
+#else
+  __trap();  // sm_90+ only: callers dispatch on the device
+#endif
+}
+__device__ __forceinline__ void mbar_wait(std::uint64_t* b, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra WAIT_%=;\n}" ::"r"(smem_u32(b)),
+      "r"(parity)
+      : "memory");
+#else
+  __trap();  // sm_90+ only: callers dispatch on the device
+#endif
+}
+__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes, std::uint64_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(b))
+      : "memory");
+#else
+  __trap();  // sm_90+ only: callers dispatch on the device
+#endif
+}
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+  __trap();  // sm_90+ only: callers dispatch on the device
+#endif
+}
+
+}  // namespace gdn::cuda
