@@ -425,6 +425,34 @@ struct StateParams {
   Workspace ws;
 };
 
+// The state rows a warp of a state pass holds: S^T rows v0 + gid (+ 8) as mma accumulators,
+// element (nt, e) = (row v0 + gid + 8 (e >> 1), key column nt * 8 + 2 tig + (e & 1)); h0 / hT of
+// (sequence, value head) nh in the [K, V] or [V, K] layout. Used by both state passes.
+template <int K, int V>
+__device__ __forceinline__ std::int64_t state_index(const StateParams& p, std::int64_t nh, int v0,
+                                                    int nt, int e) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const std::int64_t vv = v0 + gid + 8 * (e >> 1), kk = nt * 8 + 2 * tig + (e & 1);
+  return p.vk ? (nh * V + vv) * K + kk : (nh * K + kk) * V + vv;
+}
+template <int K, int V>
+__device__ __forceinline__ void load_state(float (&st)[K / 8][4], const StateParams& p,
+                                           std::int64_t nh, int v0) {
+#pragma unroll
+  for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[state_index<K, V>(p, nh, v0, nt, e)] : 0.f;
+}
+template <int K, int V>
+__device__ __forceinline__ void store_state(const float (&st)[K / 8][4], const StateParams& p,
+                                            std::int64_t nh, int v0) {
+  if (!p.hT) return;
+#pragma unroll
+  for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p.hT[state_index<K, V>(p, nh, v0, nt, e)] = st[nt][e];
+}
+
 struct WyTcStateConfig {
   static constexpr int kWarps = 4;  // each warp owns 16 columns of V (one m16 tile of S^T) and
                                     // runs its whole recurrence in registers; 4 warps share the
@@ -559,15 +587,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
   const int v0 = slice * VS + warp * 16;
   const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
-  auto sidx = [&](int e, int nt) {  // h0 / hT index of S^T accumulator element (nt, e)
-    const std::int64_t vv = v0 + gid + 8 * (e >> 1), kk = nt * 8 + 2 * tig + (e & 1);
-    return p.vk ? (nh * V + vv) * K + kk : (nh * K + kk) * V + vv;
-  };
   float st[K / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[sidx(e, nt)] : 0.f;
+  load_state<K, V>(st, p, nh, v0);
 
   const unsigned hbW = hl_base(sWh, sWl, LKw), hbQ = hl_base(sQh, sQl, LKw);
   const unsigned hbP = hl_base(sPh, sPl, LCw), hbK = hl_base(sKh, sKl, LCw);
@@ -663,12 +684,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
       }
   }
   cp_async_wait<0>();
-  if (p.hT) {
-#pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p.hT[sidx(e, nt)] = st[nt][e];
-  }
+  store_state<K, V>(st, p, nh, v0);
 }
 
 #include "cuda/wy_tc/wy_tc_state_wgmma.cuh"

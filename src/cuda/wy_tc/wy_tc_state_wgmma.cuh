@@ -183,15 +183,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
   const int v0 = slice * VS + warp * 16;
   const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
-  auto sidx = [&](int e, int nt) {  // h0 / hT index of S^T accumulator element (nt, e)
-    const std::int64_t vv = v0 + gid + 8 * (e >> 1), kk = nt * 8 + 2 * tig + (e & 1);
-    return p.vk ? (nh * V + vv) * K + kk : (nh * K + kk) * V + vv;
-  };
   float st[K / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) st[nt][e] = p.h0 ? p.h0[sidx(e, nt)] : 0.f;
+  load_state<K, V>(st, p, nh, v0);
 
   // Descriptor strides: a tile of NR rows has LBO = NR * 16 and advances NR * 32 bytes per k16.
   constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
@@ -375,12 +368,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
       }
     }
   }
-  if (p.hT) {
-#pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p.hT[sidx(e, nt)] = st[nt][e];
-  }
+  store_state<K, V>(st, p, nh, v0);
 #else
   (void)p;
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
