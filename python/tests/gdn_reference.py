@@ -92,3 +92,27 @@ def make_inputs(B, T, HK, HV, K, V, *, dtype=torch.float32, device="cpu", decay=
     cast = lambda x: x.to(device=device, dtype=dtype)  # noqa: E731
     return dict(q=cast(q), k=cast(k), v=cast(v), g=g.to(device), beta=beta.to(device),
                 initial_state=state.to(device) if state is not None else None)
+
+
+def split_case(case: dict):
+    """A state-pool test case (decode / verify) split into the generator's keyword arguments and
+    the call options (head_map, l2norm, vk, scale), with their defaults."""
+    c = dict(case)
+    opts = dict(head_map=c.pop("head_map", "grouped"), l2norm=c.pop("l2norm", False),
+                vk=c.pop("vk", False), scale=c.pop("scale", None))
+    return c, opts
+
+
+def rejects_vk_on_cuda(call, x, opts, device) -> bool:
+    """The GPU decode implements the [K, V] state layout only: on CUDA a [V, K] case must raise
+    NotImplementedError and leave the state pool untouched. Returns True when that was checked (the
+    case ends there)."""
+    if not (opts["vk"] and device == "cuda"):
+        return False
+    import pytest
+    before = x["state"].clone()
+    with pytest.raises(NotImplementedError, match="layout"):
+        call(x, scale=opts["scale"], state_v_first=True)
+    assert torch.equal(x["state"], before)
+    return True
+

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import gdn_torch
-from gdn_reference import reference, rel_rms
+from gdn_reference import reference, rejects_vk_on_cuda, rel_rms, split_case
 
 HAS_CUDA = torch.cuda.is_available() and gdn_torch._C.cuda_built()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -119,15 +119,11 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("device", DEVICES)
 def test_verify_matches_fp64_steps(device, case, dtype, state_dtype):
-    c = dict(CASES[case])
-    head_map, l2norm, vk, scale = (c.pop("head_map", "grouped"), c.pop("l2norm", False),
-                                   c.pop("vk", False), c.pop("scale", None))
+    c, opts = split_case(CASES[case])
+    head_map, l2norm, vk, scale = opts["head_map"], opts["l2norm"], opts["vk"], opts["scale"]
     x = make_verify(**c, dtype=dtype, state_dtype=state_dtype, device=device, vk=vk)
     before = x["state"].clone()
-    if vk and device == "cuda":  # the GPU decode implements the [K, V] layout only
-        with pytest.raises(NotImplementedError, match="layout"):
-            call(x, scale=scale, state_v_first=True)
-        assert torch.equal(x["state"], before)
+    if rejects_vk_on_cuda(call, x, opts, device):
         return
     o_ref, s_ref, c_ref = verify_reference(x, scale=scale, head_map=head_map, l2norm=l2norm,
                                            vk=vk)
