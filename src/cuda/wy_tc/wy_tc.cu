@@ -412,7 +412,6 @@ struct StateParams {
   void* o;  // [T, HV, V]
   std::int64_t o_st, o_sh;
   bool o_vec;     // o rows start 16-byte aligned (v6 writes 16-byte pieces)
-  bool o_direct;  // v6: store O from registers element by element (GDN_WYTC_O_DIRECT=1, A/B)
   const float* h0;  // [N, HV, K, V] or [N, HV, V, K]; null = zero
   float* hT;        // same; null = not written; may equal h0
   bool vk;
@@ -1247,7 +1246,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
-  sp.o_direct = env_is("GDN_WYTC_O_DIRECT", "1");
   Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
     constexpr std::int64_t kEs = sizeof(TOut);

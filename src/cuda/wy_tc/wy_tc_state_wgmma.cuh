@@ -335,28 +335,16 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     // of one store on distinct banks), then whole 16-byte pieces to o.
     constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
     TOut* sO = reinterpret_cast<TOut*>(smem_wg + Sm::oO);
-    if (p.o_direct) {  // A/B (GDN_WYTC_O_DIRECT=1): every element straight to o, as v5 does
 #pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt)
+    for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = nt * 8 + 2 * tig + (e & 1);
-          if (i < len)
-            o[(tok0 + i) * p.o_st + h * p.o_sh + v0 + gid + 8 * (e >> 1)] =
-                from_f32<TOut>(ot[nt][e]);
-        }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          sO[(nt * 8 + 2 * tig + (e & 1)) * kLdO + warp * 16 + gid + 8 * (e >> 1)] =
-              from_f32<TOut>(ot[nt][e]);
-    }
+      for (int e = 0; e < 4; ++e)
+        sO[(nt * 8 + 2 * tig + (e & 1)) * kLdO + warp * 16 + gid + 8 * (e >> 1)] =
+            from_f32<TOut>(ot[nt][e]);
     __syncthreads();  // every warp is done with tiles B; sO complete
     if (cg + NBUF < c_end && threadIdx.x == 0) issue_b(cg + NBUF);
     constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
-    for (int q = threadIdx.x; !p.o_direct && q < len * kPieces; q += SCfg::kThreads) {
+    for (int q = threadIdx.x; q < len * kPieces; q += SCfg::kThreads) {
       const int i = q / kPieces, c0 = (q % kPieces) * kEl;
       TOut* dst = o + (tok0 + i) * p.o_st + h * p.o_sh + slice * VS + c0;
       const TOut* src = sO + i * kLdO + c0;
