@@ -1,5 +1,5 @@
-// wy-tc state pass variants: the sm_90a wgmma pass (v6, wy_tc_state_wgmma.cuh, the default on a
-// compute capability 9.0 device) against the mma.sync pass (v5, GDN_WYTC_STATE=v5) and the fp64
+// wy-tc state pass variants: the sm_90a wgmma pass (v8, or v6 with GDN_WYTC_STATE=v6,
+// wy_tc_state_wgmma.cuh, the default on a compute capability 9.0 device) against the mma.sync pass (v5, GDN_WYTC_STATE=v5) and the fp64
 // oracle, over the head sizes, output dtypes, state layouts and sequence sets the kernel templates
 // cover. The negative control of the wgmma path itself: with GDN_WYTC_WG_NEGCTL=1 its W^T fold
 // reads the Qs tiles and parity must fail, which also proves that the v6 kernel is the one that
@@ -95,6 +95,45 @@ TEST(WyTcState, WgmmaMatchesMmaSyncAndOracle) {
       EXPECT_LE(dS.rel_rms, 1e-5);
       EXPECT_EQ(dS.nan_count, 0);
     }
+  }
+}
+
+// v8 (the default with the exact workspace) reorders only when each wgmma group is issued and
+// waited for, not what it computes: o and hT equal v6's (GDN_WYTC_STATE=v6) bit for bit, on every
+// case (partial chunks, an empty sequence, K/V 64 and 128, f32 out, vk state, tiled heads). The
+// negative control: v8 with its W^T fold on the wrong tiles differs from v6.
+TEST(WyTcState, V8EqualsV6BitForBit) {
+  if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
+  int seed = 140;
+  for (const StateCase& sc : cases()) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::ArmOutput v8 = check::run_arm(Arm::wy_tc, c, true);
+    check::ArmOutput v6, bad;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE", "v6");
+      v6 = check::run_arm(Arm::wy_tc, c, true);
+    }
+    {
+      testutil::ScopedEnv env("GDN_WYTC_WG_NEGCTL", "1");
+      bad = check::run_arm(Arm::wy_tc, c, true);
+    }
+    ASSERT_TRUE(v8.status.ok() && v6.status.ok() && bad.status.ok())
+        << v8.status.message() << v6.status.message() << bad.status.message();
+    ASSERT_EQ(v8.o.size(), v6.o.size());
+    std::size_t diff_o = 0, diff_s = 0, diff_bad = 0;
+    for (std::size_t i = 0; i < v8.o.size(); ++i) {
+      diff_o += !(v8.o[i] == v6.o[i]);
+      diff_bad += !(bad.o[i] == v6.o[i]);
+    }
+    ASSERT_EQ(v8.hT.size(), v6.hT.size());
+    for (std::size_t i = 0; i < v8.hT.size(); ++i) diff_s += !(v8.hT[i] == v6.hT[i]);
+    std::printf("wy-tc v8 vs v6 %s: %zu of %zu o, %zu of %zu state differ; negative control: "
+                "%zu o differ\n",
+                sc.name, diff_o, v8.o.size(), diff_s, v8.hT.size(), diff_bad);
+    EXPECT_EQ(diff_o, 0u);
+    EXPECT_EQ(diff_s, 0u);
+    EXPECT_GT(diff_bad, v8.o.size() / 4) << "the negative control did not change o";
   }
 }
 

@@ -1105,6 +1105,8 @@ bool env_is(const char* name, const char* value) {
 // The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
 // sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
 // capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
+// With the exact workspace format the wgmma pass is v8 (software-pipelined groups);
+// GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit for bit; A/B runs).
 bool use_wg_state() {
 #if defined(GDN_SM90A)
   if (env_is("GDN_WYTC_STATE", "v5")) return false;
@@ -1257,6 +1259,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    if (wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6"))
+      return go(wy_tc_state_kernel_wg8<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
+                "wy_tc_state_kernel_wg8 launch");
     if (wg && exact_ws)
       return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg launch");

@@ -119,6 +119,14 @@ template <int NT> __device__ __forceinline__ void keep(float (&d)[NT][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[nt][e])::"memory");
 }
 
+// The same for register A operands (bf16x2 words) of wgmma groups that may still run.
+template <int NT> __device__ __forceinline__ void keep_u(std::uint32_t (&a)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[nt][e])::"memory");
+}
+
 // Shared-memory matrix descriptor, no swizzle, base offset 0: start address, LBO (bytes between
 // core matrices adjacent along k), SBO (bytes between core matrices adjacent along m / n).
 __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsigned sbo) {
@@ -159,6 +167,79 @@ template <int K, int V, bool kExact> struct StateSmemWg {
   static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
 };
 
+// Bulk copies of chunk cg's tiles A (W hi/lo, Q(s) hi[/lo], the block's U slice[, eq]) or tiles B
+// (P hi/lo, K(d)^T hi[/lo][, ed]) into buffer (cg - c_begin) % NBUF, completing on that buffer's
+// mbarrier (bar[b] for A, bar[NBUF + b] for B). One thread issues.
+template <typename Sm, int K, int V, bool kExact>
+__device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* smem,
+                                           std::uint64_t* bar, int cg, int c_begin, int h,
+                                           int slice) {
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
+  const int b = (cg - c_begin) % Sm::NBUF;
+  unsigned char* d = smem + b * Sm::kStrideA;
+  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
+  cuda::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
+  cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
+  cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
+  if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
+  cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
+  if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
+}
+template <typename Sm, int K, bool kExact>
+__device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* smem,
+                                           std::uint64_t* bar, int cg, int c_begin, int h) {
+  constexpr int C = Cfg::kChunk;
+  const int b = (cg - c_begin) % Sm::NBUF;
+  unsigned char* d = smem + Sm::oB + b * Sm::kStrideB;
+  std::uint64_t* bb = &bar[Sm::NBUF + b];
+  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  cuda::mbar_arrive_tx(bb, Sm::kBytesB);
+  cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
+  cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
+  cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
+  if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
+  if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
+}
+// O^T (this warp's 16 value rows x C tokens, accumulator layout) -> token rows in shared memory
+// (row stride: 16 bytes of padding keep the four tig rows of one store on distinct banks).
+template <typename TOut, typename Sm>
+__device__ __forceinline__ void wg_stage_o(const float (&ot)[Cfg::kChunk / 8][4],
+                                           unsigned char* smem) {
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
+  constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
+  TOut* sO = reinterpret_cast<TOut*>(smem + Sm::oO);
+#pragma unroll
+  for (int nt = 0; nt < C / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      sO[(nt * 8 + 2 * tig + (e & 1)) * kLdO + warp * 16 + gid + 8 * (e >> 1)] =
+          from_f32<TOut>(ot[nt][e]);
+}
+// The staged rows (len tokens x VS values) to o in whole 16-byte pieces (element stores where o
+// rows are not 16-byte aligned). After a barrier that follows wg_stage_o.
+template <typename TOut, typename Sm>
+__device__ __forceinline__ void wg_store_o(const StateParams& p, const unsigned char* smem,
+                                           int tok0, int len, int h, int slice) {
+  constexpr int VS = SCfg::kVSlice;
+  constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
+  constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
+  TOut* o = static_cast<TOut*>(p.o);
+  const TOut* sO = reinterpret_cast<const TOut*>(smem + Sm::oO);
+  for (int q = threadIdx.x; q < len * kPieces; q += SCfg::kThreads) {
+    const int i = q / kPieces, c0 = (q % kPieces) * kEl;
+    TOut* dst = o + (tok0 + i) * p.o_st + h * p.o_sh + slice * VS + c0;
+    const TOut* src = sO + i * kLdO + c0;
+    if (p.o_vec) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kEl; ++j) dst[j] = src[j];
+    }
+  }
+}
+
 // The v5 state pass (wy_tc_state_kernel) with wgmma folds; see the top of this file. kExact:
 // the workspace carries Q and K^T themselves (exact bf16) plus the vectors eq, ed: O^T =
 // (S^T Q^T) diag(eq) + Vn^T P^T and S^T' = exp(G_C) S^T + (Vn^T diag(ed)) K, two wgmma per
@@ -180,7 +261,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   __syncthreads();
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
-  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, tig = lane & 3, warp = threadIdx.x >> 5;
   const int v0 = slice * VS + warp * 16;
   const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
   float st[K / 8][4];
@@ -193,36 +274,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   const unsigned oWl = p.wg_negctl ? (kExact ? Sm::oQh : Sm::oQl) : Sm::oWl;
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
   // Tiles of chunk cg into buffer (cg - c_begin) % NBUF; thread 0 only.
-  auto issue_a = [&](int cg) {
-    const int b = (cg - c_begin) % NBUF;
-    unsigned char* d = smem_wg + b * Sm::kStrideA;
-    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
-    cuda::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
-    cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
-    cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
-    if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
-    cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
-    if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
-  };
-  auto issue_b = [&](int cg) {
-    const int b = (cg - c_begin) % NBUF;
-    unsigned char* d = smem_wg + Sm::oB + b * Sm::kStrideB;
-    std::uint64_t* bb = &bar[NBUF + b];
-    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    cuda::mbar_arrive_tx(bb, Sm::kBytesB);
-    cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
-    cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
-    cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
-    if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
-    if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
-  };
+  auto issue_a = [&](int cg) { wg_issue_a<Sm, K, V, kExact>(p, smem_wg, bar, cg, c_begin, h, slice); };
+  auto issue_b = [&](int cg) { wg_issue_b<Sm, K, kExact>(p, smem_wg, bar, cg, c_begin, h); };
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       issue_a(cg);
       issue_b(cg);
     }
-  TOut* o = static_cast<TOut*>(p.o);
   for (int cg = c_begin; cg < c_end; ++cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
@@ -331,30 +389,203 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::wait<0>();
     wg::keep(st);
     wg::keep(ot);
-    // O^T -> token rows in shared memory (row stride: 16 bytes of padding keep the four tig rows
-    // of one store on distinct banks), then whole 16-byte pieces to o.
-    constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
-    TOut* sO = reinterpret_cast<TOut*>(smem_wg + Sm::oO);
-#pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        sO[(nt * 8 + 2 * tig + (e & 1)) * kLdO + warp * 16 + gid + 8 * (e >> 1)] =
-            from_f32<TOut>(ot[nt][e]);
+    // O^T -> token rows in shared memory, then whole 16-byte pieces to o.
+    wg_stage_o<TOut, Sm>(ot, smem_wg);
     __syncthreads();  // every warp is done with tiles B; sO complete
     if (cg + NBUF < c_end && threadIdx.x == 0) issue_b(cg + NBUF);
-    constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
-    for (int q = threadIdx.x; q < len * kPieces; q += SCfg::kThreads) {
-      const int i = q / kPieces, c0 = (q % kPieces) * kEl;
-      TOut* dst = o + (tok0 + i) * p.o_st + h * p.o_sh + slice * VS + c0;
-      const TOut* src = sO + i * kLdO + c0;
-      if (p.o_vec) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      } else {
+    wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice);
+  }
+  store_state<K, V>(st, p, nh, v0);
+#else
+  (void)p;
+  __trap();  // launched only where the sm_90a image runs (use_wg_state)
+#endif
+}
+
+// v8: the v6 pass (exact format only) with its wgmma groups software-pipelined so that the tensor
+// cores stay busy while the warpgroup does its non-MMA work. v6 ran each chunk as
+//   split S^T | X, OS groups | Vn, splits | wait OS, eq | ST + OP group | wait all |
+//   stage O, barrier, store o
+// and the r8 profile showed the tensor pipe busy ~2.2K of ~5.0K cycles per chunk with one warp per
+// scheduler: every "|" above left it idle. v8 issues four groups per chunk c, each while the
+// previous one runs, and does the non-MMA work in their shadow:
+//   X(c) = S^T W^T          meanwhile: O epilogue of chunk c - 1 (stage, barrier, store o)
+//   OS(c) = S^T Q^T         meanwhile: Vn^T = U^T - X (after X), D = Vn^T diag(ed) split (dh, dl)
+//   ST(c): S^T += D K       meanwhile: Vn^T split (vh, vl); after OS: O^T *= eq; barrier;
+//                                      tiles A of chunk c + NBUF
+//   OP(c): O^T += Vn^T P^T  meanwhile: after ST: next chunk's S^T split, S^T *= exp(G_C(c + 1))
+// Every group completes inside its iteration (wait<0> at the end): ptxas does not follow a
+// group in flight across the loop edge and serialises all wgmma of the loop if one is (checked:
+// C7514/C7517 diagnostics), and it also serialises when S^T is rescaled while a group runs
+// (so the rescale sits next to the split). Same products, operands and fp32 accumulation order
+// per product as v6, so o and hT equal v6 bit for bit (test WyTcState.V8EqualsV6).
+template <typename TOut, int K, int V>
+__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(StateParams p) {
+#if GDN_WYTC_WG_DEVICE
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
+  static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
+  using Sm = StateSmemWg<K, V, true>;
+  constexpr int NBUF = Sm::NBUF;
+  extern __shared__ __align__(128) unsigned char smem_wg[];
+  __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
+  const unsigned sb = cuda::smem_u32(smem_wg);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2 * NBUF; ++i) cuda::mbar_init(&bar[i], 1);
+    cuda::mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
+  const int lane = threadIdx.x & 31, tig = lane & 3, warp = threadIdx.x >> 5;
+  const int v0 = slice * VS + warp * 16;
+  const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
+  float st[K / 8][4];
+  load_state<K, V>(st, p, nh, v0);
+
+  constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
+  const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
+  const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  if (threadIdx.x == 0)
+    for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
+      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
+    }
+  // S^T of the next chunk split hi + lo (X and OS operands), and S^T scaled by its decay.
+  std::uint32_t ah[K / 16][4], al[K / 16][4];
+  auto split_and_decay = [&](int cg) {
 #pragma unroll
-        for (int j = 0; j < kEl; ++j) dst[j] = src[j];
+    for (int ks = 0; ks < K / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
+    const float decay =
+        cg < c_end ? expf(p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h]) : 1.f;
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+    wg::keep(st);  // before any later fence: the compiler may not sink these past it
+    wg::keep_u(ah);
+    wg::keep_u(al);
+  };
+  split_and_decay(c_begin);
+  float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
+  for (int cg = c_begin; cg < c_end; ++cg) {
+    const int b = (cg - c_begin) % NBUF;
+    const unsigned parity = ((cg - c_begin) / NBUF) & 1;
+    const unsigned bufA = sb + b * Sm::kStrideA, bufB = sb + Sm::oB + b * Sm::kStrideB;
+    cuda::mbar_wait(&bar[b], parity);  // tiles A of this chunk
+    float xw[C / 8][4];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {  // X(c)
+      const unsigned kofs = ks * C * 32;
+      const std::uint64_t wh = wg::desc(bufA + oWh + kofs, lC, kSbo);
+      const std::uint64_t wl = wg::desc(bufA + oWl + kofs, lC, kSbo);
+      if (ks == 0) wg::wgmma_n64<0>(xw, ah[ks], wl);
+      else wg::wgmma_n64<1>(xw, ah[ks], wl);
+      wg::wgmma_n64<1>(xw, al[ks], wh);
+      wg::wgmma_n64<1>(xw, ah[ks], wh);
+    }
+    wg::commit();
+    // Epilogue of chunk cg - 1 (complete since the last wait<0>). It runs in the first iteration
+    // too and stores nothing there (len 0): no branch around the wgmma registers.
+    {
+      const bool prev = cg > c_begin;
+      wg_stage_o<TOut, Sm>(ot, smem_wg);
+      __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
+      if (prev && cg - 1 + NBUF < c_end && threadIdx.x == 0)
+        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
+      wg_store_o<TOut, Sm>(p, smem_wg, prev ? p.chunk_tok0[cg - 1] : 0,
+                           prev ? p.chunk_len[cg - 1] : 0, h, slice);
+    }
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {  // OS(c)
+      const std::uint64_t qh = wg::desc(bufA + Sm::oQh + ks * C * 32, lC, kSbo);
+      if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+      else wg::wgmma_n64<1>(ot, al[ks], qh);
+      wg::wgmma_n64<1>(ot, ah[ks], qh);
+    }
+    wg::commit();
+    wg::wait<1>();  // X(c) done (OS(c) may run)
+    wg::keep(xw);
+    const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
+    float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt) {
+      const float4 u4 = sU[nt * 128 + warp * 32 + lane];
+      vn[nt][0] = u4.x - xw[nt][0];
+      vn[nt][1] = u4.y - xw[nt][1];
+      vn[nt][2] = u4.z - xw[nt][2];
+      vn[nt][3] = u4.w - xw[nt][3];
+    }
+    cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    std::uint32_t dh[C / 16][4], dl[C / 16][4];
+    {
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
+      float dn[C / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
+        dn[nt][0] = vn[nt][0] * e2.x, dn[nt][1] = vn[nt][1] * e2.y;
+        dn[nt][2] = vn[nt][2] * e2.x, dn[nt][3] = vn[nt][3] * e2.y;
+      }
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], dn, kc);
+    }
+    wg::keep_u(dh);
+    wg::keep_u(dl);
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
+      const std::uint64_t kh = wg::desc(bufB + Sm::oKh + kc * K * 32, lK, kSbo);
+      wg::wgmma_nk<K>(st, dl[kc], kh);
+      wg::wgmma_nk<K>(st, dh[kc], kh);
+    }
+    wg::commit();
+    std::uint32_t vh[C / 16][4], vl[C / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
+    wg::keep_u(vh);
+    wg::keep_u(vl);
+    wg::wait<1>();  // OS(c) done (ST(c) may run)
+    wg::keep(ot);
+    {  // O^T columns (tokens) scaled by eq before the P fold adds in
+      const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEq + nt * 8 + 2 * tig);
+        ot[nt][0] *= e2.x, ot[nt][1] *= e2.y, ot[nt][2] *= e2.x, ot[nt][3] *= e2.y;
       }
     }
+    wg::keep(ot);  // pins the scaling before the fence of OP(c)
+    __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
+    if (cg + NBUF < c_end && threadIdx.x == 0)
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice);
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)
+      const std::uint64_t ph = wg::desc(bufB + Sm::oPh + kc * C * 32, lC, kSbo);
+      const std::uint64_t pl = wg::desc(bufB + Sm::oPl + kc * C * 32, lC, kSbo);
+      wg::wgmma_n64<1>(ot, vh[kc], pl);
+      wg::wgmma_n64<1>(ot, vl[kc], ph);
+      wg::wgmma_n64<1>(ot, vh[kc], ph);
+    }
+    wg::commit();
+    wg::wait<1>();  // ST(c) done (OP(c) may run)
+    wg::keep(st);
+    split_and_decay(cg + 1);  // the next chunk's operands, under OP(c)
+    wg::wait<0>();  // OP(c) done
+    wg::keep(ot);
+    wg::keep_u(vh);
+    wg::keep_u(vl);
+  }
+  {  // epilogue of the last chunk (stores nothing for an empty sequence)
+    const bool any = c_end > c_begin;
+    wg_stage_o<TOut, Sm>(ot, smem_wg);
+    __syncthreads();
+    wg_store_o<TOut, Sm>(p, smem_wg, any ? p.chunk_tok0[c_end - 1] : 0,
+                         any ? p.chunk_len[c_end - 1] : 0, h, slice);
   }
   store_state<K, V>(st, p, nh, v0);
 #else
