@@ -1,7 +1,7 @@
 // wy-tc arm (src/cuda/wy_tc): parity over the fixture set with derived bounds and negative
 // controls, bitwise reproducibility, hT aliasing h0, varlen with a zero-length sequence, the
-// project's accuracy claim at a 27b-like head group, and the chunk kernel variants v2 / v6
-// (GDN_WYTC_CHUNK) against the oracle and each other.
+// project's accuracy claim at a 27b-like head group, and the chunk kernel variants v2 / v6 / v7
+// (GDN_WYTC_CHUNK) against the oracle and each other (v7 equals v6 bit for bit).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "check/check.hpp"
@@ -242,6 +243,127 @@ TEST(wy_tc, ChunkV6MatchesV2AndOracle) {
       EXPECT_NE(testutil::first_bit_difference(out[0].hT, out[1].hT), -1)
           << "v2 and v6 gave bitwise equal states: the GDN_WYTC_CHUNK switch did not take effect";
     }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Chunk kernel v7 (GDN_WYTC_CHUNK=v7: 4 blocks per SM, the v tile loaded into A's bytes after the
+// solve, W balanced over the warps) against v6 (GDN_WYTC_CHUNK=v6). Same operands and the same
+// fp32 order in every product and sum, so o and hT must be equal bit for bit: on the whole
+// fixture set (fixtures that are not bf16 io run v2 under both settings) and on the cases the v7
+// templates distinguish (K, V in {64, 128}, l2norm, bf16 beta, f32 out, vk, varlen with partial
+// chunks and a zero-length sequence, many chunks per head). v7 also passes the oracle with the
+// derived bound (and the harness's negative control) on those cases.
+std::vector<std::pair<std::string, check::CaseSpec>> chunk_v7_cases() {
+  std::vector<std::pair<std::string, check::CaseSpec>> v;
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
+    s.decay = check::Decay::slow;
+    v.push_back({"L300x0x1029x17_HK2_HV6_K128_V128", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({200, 65}, 1, 2, 64, 64);
+    s.out_dtype = gdn::DType::f32;
+    v.push_back({"L200x65_HK1_HV2_K64_V64_f32out", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({129, 64}, 1, 3, 64, 128);
+    s.state_layout = gdn::StateLayout::vk;
+    s.l2norm_in_kernel = true;
+    v.push_back({"L129x64_HK1_HV3_K64_V128_vk_l2norm", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({70, 333}, 2, 2, 128, 64);
+    s.head_map = gdn::HeadMap::tiled;
+    s.beta_dtype = gdn::DType::bf16;
+    v.push_back({"L70x333_HK2_HV2_K128_V64_tiled_bf16beta", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({37, 0, 130, 64}, 1, 3, 64, 64);
+    s.decay = check::Decay::fast;
+    v.push_back({"L37x0x130x64_HK1_HV3_K64_V64_fast", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);
+    v.push_back({"L4099_HK2_HV6_K128_V128", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);
+    s.l2norm_in_kernel = true;
+    v.push_back({"L4099_HK2_HV6_K128_V128_l2norm", s});
+  }
+  return v;
+}
+
+check::ArmOutput run_chunk_variant(const check::Case& c, const char* variant) {
+  testutil::ScopedEnv env("GDN_WYTC_CHUNK", variant);
+  return check::run_arm(Arm::wy_tc, c, true);
+}
+
+void expect_bitwise_equal(const check::ArmOutput& a, const check::ArmOutput& b,
+                          const std::string& what) {
+  ASSERT_TRUE(a.status.ok()) << a.status.message();
+  ASSERT_TRUE(b.status.ok()) << b.status.message();
+  ASSERT_EQ(a.ran, Arm::wy_tc) << "fell back to " << gdn::to_string(a.ran);
+  ASSERT_EQ(b.ran, Arm::wy_tc) << "fell back to " << gdn::to_string(b.ran);
+  EXPECT_EQ(testutil::first_bit_difference(a.o, b.o), -1) << what << ": o differs";
+  EXPECT_EQ(testutil::first_bit_difference(a.hT, b.hT), -1) << what << ": hT differs";
+}
+
+TEST(wy_tc, ChunkV7EqualsV6Bitwise_FixtureSet) {
+  int seed = 500;
+  for (const check::CaseSpec& spec : check::fixture_set()) {
+    SCOPED_TRACE(spec.name());
+    const check::Case c = check::make_case(spec, ++seed);
+    const check::ArmOutput v6 = run_chunk_variant(c, "v6");
+    const check::ArmOutput v7 = run_chunk_variant(c, "v7");
+    expect_bitwise_equal(v6, v7, spec.name());
+  }
+}
+
+TEST(wy_tc, ChunkV7EqualsV6BitwiseAndPassesOracle) {
+  int seed = 600;
+  for (const auto& [name, spec] : chunk_v7_cases()) {
+    SCOPED_TRACE(name);
+    const check::Case c = check::make_case(spec, ++seed);
+    const check::ArmOutput v6 = run_chunk_variant(c, "v6");
+    const check::ArmOutput v7 = run_chunk_variant(c, "v7");
+    expect_bitwise_equal(v6, v7, name);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7");
+    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+    std::printf("wy-tc chunk v7 %s: o %.3e state %.3e (util %.3f / %.3f)\n", name.c_str(),
+                r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+    EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+    EXPECT_TRUE(r.pass) << testutil::describe(r);
+    EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+  }
+}
+
+// Negative control of the v7 / v6 comparison: GDN_WYTC_CHUNK=v7neg runs the v7 kernel with U
+// written negated. Its outputs must differ from v6's (the bitwise comparison can see a wrong
+// chunk kernel) and fail parity (the switch reaches the v7 kernel: v6 has no such control).
+TEST(wy_tc, ChunkV7NegativeControlFails) {
+  for (const auto& [name, spec] : chunk_v7_cases()) {
+    if (name != "L300x0x1029x17_HK2_HV6_K128_V128" && name != "L200x65_HK1_HV2_K64_V64_f32out")
+      continue;
+    SCOPED_TRACE(name);
+    const check::Case c = check::make_case(spec, 700);
+    const check::ArmOutput v6 = run_chunk_variant(c, "v6");
+    const check::ArmOutput neg = run_chunk_variant(c, "v7neg");
+    ASSERT_TRUE(v6.status.ok() && neg.status.ok()) << v6.status.message() << neg.status.message();
+    EXPECT_NE(testutil::first_bit_difference(v6.o, neg.o), -1)
+        << "v7neg equals v6: the switch did not reach the v7 kernel";
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7neg");
+    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+    std::printf("wy-tc chunk v7neg %s: o %.3e state %.3e\n", name.c_str(), r.o.rel_rms,
+                r.state.rel_rms);
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    EXPECT_FALSE(r.pass) << "parity passed with U negated: v7 did not run, or the check is blind";
   }
 }
 
