@@ -453,11 +453,11 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
     }
   // S^T of the next chunk split hi + lo (X and OS operands), and S^T scaled by its decay.
   std::uint32_t ah[K / 16][4], al[K / 16][4];
-  auto split_and_decay = [&](int cg) {
+  // decay: exp(G_C) of that chunk, loaded one iteration ahead (r11: loading it here left the
+  // global load's latency on the chain, 12% of the stall samples).
+  auto split_and_decay = [&](float decay) {
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
-    const float decay =
-        cg < c_end ? expf(p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h]) : 1.f;
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
@@ -466,9 +466,17 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
     wg::keep_u(ah);
     wg::keep_u(al);
   };
-  split_and_decay(c_begin);
+  auto gc_of = [&](int cg) {  // G_C of chunk cg, 0 (decay 1) past the sequence's end
+    return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
+  };
+  split_and_decay(expf(gc_of(c_begin)));
   float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
+  int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
   for (int cg = c_begin; cg < c_end; ++cg) {
+    // Scalars used late in this iteration or in the next, loaded first (no global latency on
+    // the chain): the next chunk's G_C, this chunk's tokens.
+    const float gc_next = gc_of(cg + 1);
+    const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
     const int b = (cg - c_begin) % NBUF;
     const unsigned parity = ((cg - c_begin) / NBUF) & 1;
     const unsigned bufA = sb + b * Sm::kStrideA, bufB = sb + Sm::oB + b * Sm::kStrideB;
@@ -489,14 +497,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
     // Epilogue of chunk cg - 1 (complete since the last wait<0>). It runs in the first iteration
     // too and stores nothing there (len 0): no branch around the wgmma registers.
     {
-      const bool prev = cg > c_begin;
       wg_stage_o<TOut, Sm>(ot, smem_wg);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
-      if (prev && cg - 1 + NBUF < c_end && threadIdx.x == 0)
+      if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
         wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
-      wg_store_o<TOut, Sm>(p, smem_wg, prev ? p.chunk_tok0[cg - 1] : 0,
-                           prev ? p.chunk_len[cg - 1] : 0, h, slice);
+      wg_store_o<TOut, Sm>(p, smem_wg, prev_tok0, prev_len, h, slice);  // len 0 at first
     }
+    prev_tok0 = tok0, prev_len = len;
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {  // OS(c)
@@ -574,18 +581,16 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
     wg::commit();
     wg::wait<1>();  // ST(c) done (OP(c) may run)
     wg::keep(st);
-    split_and_decay(cg + 1);  // the next chunk's operands, under OP(c)
+    split_and_decay(expf(gc_next));  // the next chunk's operands, under OP(c)
     wg::wait<0>();  // OP(c) done
     wg::keep(ot);
     wg::keep_u(vh);
     wg::keep_u(vl);
   }
-  {  // epilogue of the last chunk (stores nothing for an empty sequence)
-    const bool any = c_end > c_begin;
+  {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
     wg_stage_o<TOut, Sm>(ot, smem_wg);
     __syncthreads();
-    wg_store_o<TOut, Sm>(p, smem_wg, any ? p.chunk_tok0[c_end - 1] : 0,
-                         any ? p.chunk_len[c_end - 1] : 0, h, slice);
+    wg_store_o<TOut, Sm>(p, smem_wg, prev_tok0, prev_len, h, slice);
   }
   store_state<K, V>(st, p, nh, v0);
 #else
