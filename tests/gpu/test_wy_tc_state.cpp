@@ -3,13 +3,14 @@
 // oracle, over the head sizes, output dtypes, state layouts and sequence sets the kernel templates
 // cover. The negative control of the wgmma path itself: with GDN_WYTC_WG_NEGCTL=1 its W^T fold
 // reads the Qs tiles and parity must fail, which also proves that the v6 kernel is the one that
-// ran (v5 ignores the variable).
+// ran (v5 ignores the variable). The v5 pass alone on the whole fixture set (any device).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check/check.hpp"
@@ -95,6 +96,54 @@ TEST(WyTcState, WgmmaMatchesMmaSyncAndOracle) {
       EXPECT_LE(dS.rel_rms, 1e-5);
       EXPECT_EQ(dS.nan_count, 0);
     }
+  }
+}
+
+// FNV-1a over the bits of a decoded output: equal hashes = bit-equal outputs (for A/B runs of
+// two builds of the same pass).
+std::uint64_t bits_hash(const std::vector<double>& x) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (double d : x) {
+    std::uint64_t b;
+    std::memcpy(&b, &d, sizeof b);
+    for (int i = 0; i < 8; ++i) h = (h ^ ((b >> (8 * i)) & 0xff)) * 1099511628211ull;
+  }
+  return h;
+}
+
+// The mma.sync pass (v5; the default off cc 9.0, forced here by GDN_WYTC_STATE=v5 so that it
+// runs on the H200 too) on the whole fixture set (partial and single-token chunks, varlen with a
+// zero-length sequence, K / V 64 and 128, f16 / f32 io, l2norm, tiled heads) and the cases
+// above: parity with the derived bound, its negative control, and two runs bit for bit equal
+// (the contiguous tile copies and ldmatrix reads race-free). The printed hashes identify the
+// outputs bit for bit across builds.
+TEST(WyTcState, MmaSyncPassParityFixtureSetAndCases) {
+  testutil::ScopedEnv env("GDN_WYTC_STATE", "v5");
+  std::vector<StateCase> all;
+  const std::vector<check::CaseSpec> fixtures = check::fixture_set();
+  std::vector<std::string> names;
+  names.reserve(fixtures.size());
+  for (const check::CaseSpec& s : fixtures) names.push_back(s.name());
+  for (std::size_t i = 0; i < fixtures.size(); ++i) all.push_back({names[i].c_str(), fixtures[i]});
+  for (const StateCase& sc : cases()) all.push_back(sc);
+  int seed = 60;
+  for (const StateCase& sc : all) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+    EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+    EXPECT_TRUE(r.pass) << testutil::describe(r);
+    EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+    const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
+    const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
+    ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.message() << b.status.message();
+    EXPECT_EQ(bits_hash(a.o), bits_hash(b.o)) << "o differs between two runs";
+    EXPECT_EQ(bits_hash(a.hT), bits_hash(b.hT)) << "hT differs between two runs";
+    std::printf("wy-tc v5 state %s: o %.3e state %.3e (util %.3f / %.3f) hash o %016llx hT %016llx\n",
+                sc.name, r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state,
+                static_cast<unsigned long long>(bits_hash(a.o)),
+                static_cast<unsigned long long>(bits_hash(a.hT)));
   }
 }
 

@@ -461,79 +461,65 @@ struct WyTcStateConfig {
                                     // chunk tiles in smem: V = 128 gives 2 blocks per head
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kVSlice = 16 * kWarps;  // columns of V per block
-  static constexpr int kPadB = 8;  // bf16 of padding per smem row: row stride = 4 words mod 32,
-                                   // so the 8 gid rows x 4 tig words of a fragment load hit 32
-                                   // distinct banks; keeps rows 16-byte aligned for cp.async
 };
 using SCfg = WyTcStateConfig;
 
+// Shared memory of the mma.sync state pass: every tile exactly as the workspace stores it (bf16
+// tiles in ws_word order, the U slice in ws_u order; no padding), so each tile is one contiguous
+// copy. Word offsets of the tiles. Group A (phase 1): W hi/lo, Qs hi/lo (4 x 16 KiB at K = 128),
+// U slice (16 KiB). Group B (phase 2): P hi/lo (2 x 8 KiB), Kd^T hi/lo (2 x 16 KiB). Each group
+// is refilled (cp.async) while the other one is in use: 128 KiB at K = V = 128 (K = 64: 80 KiB).
 template <int K, int V> struct StateSmem {
-  static constexpr int LKw = (K + SCfg::kPadB) / 2;  // 32-bit words per row of W, Qs tiles
-  static constexpr int LCw = (Cfg::kChunk + SCfg::kPadB) / 2;  // words per row of P, Kd^T
-  static constexpr int LU = SCfg::kVSlice + 4;  // fp32 U row: 4 mod 32 words, as above
-  // Group A (phase 1): W hi/lo, Qs hi/lo, 4 x 64 x LKw x 4 B (68 KiB at K = 128), U slice
-  // 64 x LU x 4 B (17 KiB). Group B (phase 2): P hi/lo 2 x 64 x LCw x 4 B (18 KiB), Kd^T hi/lo
-  // 2 x K x LCw x 4 B (36 KiB). Each group is refilled (cp.async) while the other one is in use:
-  // 139 KiB total (sm_80: 163 KiB).
-  static constexpr int words_a = 4 * Cfg::kChunk * LKw + Cfg::kChunk * LU;
-  static constexpr int words_b = 2 * Cfg::kChunk * LCw + 2 * K * LCw;
-  static constexpr std::size_t bytes = 4 * static_cast<std::size_t>(words_a + words_b);
+  static constexpr int C = Cfg::kChunk;
+  static constexpr int kWK = C * K / 2;            // words of one W or Qs plane
+  static constexpr int kWU = C * SCfg::kVSlice;    // words of the U slice
+  static constexpr int kWP = C * C / 2;            // words of one P plane
+  static constexpr int kWKd = K * C / 2;           // words of one Kd^T plane
+  static constexpr int Wh = 0, Wl = Wh + kWK, Qh = Wl + kWK, Ql = Qh + kWK, U = Ql + kWK;
+  static constexpr int Ph = U + kWU, Pl = Ph + kWP, Kh = Pl + kWP, Kl = Kh + kWKd;
+  static constexpr int words = Kl + kWKd;
+  static constexpr std::size_t bytes = 4 * static_cast<std::size_t>(words);
 };
 
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// ROWS x WORDS 32-bit words from global (row stride src_ld words) into smem rows of stride ld.
-template <int ROWS, int WORDS, typename T>
-__device__ __forceinline__ void copy_tile(T* dst, int ld, const T* src, int src_ld = WORDS) {
-  static_assert(sizeof(T) == 4 && WORDS % 4 == 0, "16-byte pieces of 32-bit words");
-  constexpr int kVec = WORDS / 4;  // 16-byte pieces per row
-  static_assert((ROWS * kVec) % SCfg::kThreads == 0 && SCfg::kThreads % kVec == 0,
-                "whole rounds of pieces, a fixed column per thread");
-  constexpr int kRounds = ROWS * kVec / SCfg::kThreads, kRowStep = SCfg::kThreads / kVec;
-  const int r0 = threadIdx.x / kVec, c = (threadIdx.x % kVec) * 4;
-  T* d = dst + r0 * ld + c;
-  const T* s = src + static_cast<std::int64_t>(r0) * src_ld + c;
+// cp.async of 16 bytes to a shared-window address.
+__device__ __forceinline__ void cp_async16_sa(unsigned smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(gmem_src));
+}
+// WORDS contiguous 32-bit words from global to shared memory in 16-byte pieces, piece
+// threadIdx.x + kThreads it (a warp moves 512 contiguous bytes per instruction). dst: shared
+// address of the tile plus 16 threadIdx.x (one register serves every tile: the tiles sit at
+// compile-time offsets); src: the tile's first word in global memory (16-byte aligned).
+template <int WORDS>
+__device__ __forceinline__ void copy_lin(unsigned dst, const void* src) {
+  constexpr int kStep = 16 * SCfg::kThreads;  // bytes per round
+  static_assert((4 * WORDS) % kStep == 0, "whole rounds of 16-byte pieces");
+  const char* s = static_cast<const char*>(src) + 16 * threadIdx.x;
 #pragma unroll
-  for (int it = 0; it < kRounds; ++it)
-    cp_async16(d + it * kRowStep * ld, s + static_cast<std::int64_t>(it) * kRowStep * src_ld);
+  for (int it = 0; it < 4 * WORDS / kStep; ++it) cp_async16_sa(dst + it * kStep, s + it * kStep);
 }
 
-// A workspace tile (ws_word order, ROWS rows of WORDS 32-bit words) into smem rows of stride ld.
-template <int ROWS, int WORDS, typename T>
-__device__ __forceinline__ void copy_tile_ws(T* dst, int ld, const T* src) {
-  static_assert(sizeof(T) == 4 && WORDS % 4 == 0, "16-byte pieces of 32-bit words");
-  constexpr int kVec = WORDS / 4;  // 16-byte pieces per row
-  static_assert((ROWS * kVec) % SCfg::kThreads == 0 && SCfg::kThreads % kVec == 0,
-                "whole rounds of pieces, a fixed column per thread");
-  constexpr int kRounds = ROWS * kVec / SCfg::kThreads, kRowStep = SCfg::kThreads / kVec;
-  const int r0 = threadIdx.x / kVec, kb = threadIdx.x % kVec;
-#pragma unroll
-  for (int it = 0; it < kRounds; ++it) {
-    const int r = r0 + it * kRowStep;
-    cp_async16(dst + r * ld + kb * 4, src + ws_word<ROWS>(r, 8 * kb));
-  }
-}
-
-// B fragments of one n-tile from a hi and a lo tile at once (ldmatrix x4): matrices
-// (hi, k0..k0+7), (hi, k0+8..), (lo, k0..), (lo, k0+8..), rows n0..n0+7; same values as load_b.
-// Per-lane base (bytes) for load_b_hl: hi tile for lanes 0-15, lo tile for 16-31.
-__device__ __forceinline__ unsigned hl_base(const std::uint32_t* th, const std::uint32_t* tl,
-                                            int ld) {
+// B fragments of one n-tile from a hi and a lo tile at once (ldmatrix x4), the tiles in the
+// canonical order of ws_word<NR> (NR rows = the mma's n index): matrices (hi, k0..k0+7),
+// (hi, k0+8..), (lo, k0..), (lo, k0+8..), rows n0..n0+7. Core matrix (n0 / 8, k0 / 8) is the 128
+// contiguous bytes from byte 16 n0 + 2 NR k0 of its tile, one 16-byte row per ldmatrix row
+// address: the 8 addresses of a phase cover all 32 banks once. Lane l gives row l & 7 of matrix
+// l >> 3; thread 4 gid + tig gets the pair (row n0 + gid, columns k0 + 2 tig ..), the B fragment.
+// Per-lane base (shared bytes): hi tile for lanes 0-15, lo tile for 16-31, k + 8 for lanes 8-15
+// and 24-31.
+template <int NR>
+__device__ __forceinline__ unsigned hl_base(unsigned th, unsigned tl) {
   const int lane = threadIdx.x & 31;
-  const std::uint32_t* t = (lane & 16) ? tl : th;
-  return static_cast<unsigned>(
-      __cvta_generic_to_shared(t + (lane & 7) * ld + ((lane >> 3) & 1) * 4));
+  return ((lane & 16) ? tl : th) + 16 * (lane & 7) + ((lane >> 3) & 1) * 16 * NR;
 }
+template <int NR>
 __device__ __forceinline__ void load_b_hl(std::uint32_t (&bh)[2], std::uint32_t (&bl)[2],
-                                          unsigned base, int ld, int n0, int k0) {
-  const unsigned a = base + 4 * (n0 * ld + k0 / 2);
+                                          unsigned base, int n0, int k0) {
+  const unsigned a = base + 16 * n0 + 2 * NR * k0;
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(bh[0]), "=r"(bh[1]), "=r"(bl[0]), "=r"(bl[1])
                : "r"(a));
@@ -566,24 +552,19 @@ __device__ __forceinline__ void mma_split(float (&d)[4], const std::uint32_t (&a
 // accumulators, fp32, across all chunks. Per chunk:
 //   phase 1 (tiles A):  X = S^T [W; Qs]^T              (A operand = S^T split in registers)
 //                       Vn^T = U^T - S^T W^T,  O^T = S^T Qs^T
-//   phase 2 (tiles B):  O^T += Vn^T P^T,  S^T' = exp(G_C) S^T + Vn^T Kd   (A = Vn^T in registers)
-// Warps never exchange data; barriers only guard the smem tile refills.
+//   phase 2 (tiles B):  O^T += Vn^T P^T (O stored),  S^T' = exp(G_C) S^T + Vn^T Kd
+//                       (A = Vn^T split in registers)
+// Tiles reach shared memory as contiguous cp.async copies of the workspace (no re-layout) and
+// the B fragments come from them by ldmatrix (load_b_hl). Warps never exchange data; barriers
+// only guard the smem tile refills.
 template <typename TOut, int K, int V>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StateParams p) {
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0, "V is a whole number of slices");
   using Sm = StateSmem<K, V>;
-  constexpr int LKw = Sm::LKw, LCw = Sm::LCw;
   extern __shared__ std::uint32_t smem_u32[];
-  std::uint32_t* sWh = smem_u32;         // [C][LKw]
-  std::uint32_t* sWl = sWh + C * LKw;    // [C][LKw]
-  std::uint32_t* sQh = sWl + C * LKw;    // [C][LKw]
-  std::uint32_t* sQl = sQh + C * LKw;    // [C][LKw]
-  std::uint32_t* sPh = sQl + C * LKw;    // [C][LCw]
-  std::uint32_t* sPl = sPh + C * LCw;    // [C][LCw]
-  std::uint32_t* sKh = sPl + C * LCw;    // [K][LCw]
-  std::uint32_t* sKl = sKh + K * LCw;    // [K][LCw]
-  float* sU = reinterpret_cast<float*>(sKl + K * LCw);  // U slice in ws_u order
+  const unsigned sb = static_cast<unsigned>(__cvta_generic_to_shared(smem_u32));
+  const float* sU = reinterpret_cast<const float*>(smem_u32 + Sm::U);  // U slice, ws_u order
 
   const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
@@ -592,23 +573,28 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   float st[K / 8][4];
   load_state<K, V>(st, p, nh, v0);
 
-  const unsigned hbW = hl_base(sWh, sWl, LKw), hbQ = hl_base(sQh, sQl, LKw);
-  const unsigned hbP = hl_base(sPh, sPl, LCw), hbK = hl_base(sKh, sKl, LCw);
+  // Per-lane ldmatrix bases (W and Qs tiles: C rows; P: C rows; Kd^T: K rows).
+  const unsigned hbW = hl_base<C>(sb + 4 * Sm::Wh, sb + 4 * Sm::Wl);
+  const unsigned hbQ = hl_base<C>(sb + 4 * Sm::Qh, sb + 4 * Sm::Ql);
+  const unsigned hbP = hl_base<C>(sb + 4 * Sm::Ph, sb + 4 * Sm::Pl);
+  const unsigned hbK = hl_base<K>(sb + 4 * Sm::Kh, sb + 4 * Sm::Kl);
+  const unsigned sdst = sb + 16 * threadIdx.x;  // this thread's first copy piece
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  // Whole tiles, contiguous in the workspace and in shared memory.
   auto issue_a = [&](int cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    copy_tile_ws<C, K / 2>(sWh, LKw, p.ws.wh + base * C * K / 2);
-    copy_tile_ws<C, K / 2>(sWl, LKw, p.ws.wl + base * C * K / 2);
-    copy_tile_ws<C, K / 2>(sQh, LKw, p.ws.qh + base * C * K / 2);
-    copy_tile_ws<C, K / 2>(sQl, LKw, p.ws.ql + base * C * K / 2);
-    copy_tile<C, VS>(sU, VS, p.ws.u + base * C * V + slice * C * VS);  // ws_u slice, contiguous
+    copy_lin<Sm::kWK>(sdst + 4 * Sm::Wh, p.ws.wh + base * Sm::kWK);
+    copy_lin<Sm::kWK>(sdst + 4 * Sm::Wl, p.ws.wl + base * Sm::kWK);
+    copy_lin<Sm::kWK>(sdst + 4 * Sm::Qh, p.ws.qh + base * Sm::kWK);
+    copy_lin<Sm::kWK>(sdst + 4 * Sm::Ql, p.ws.ql + base * Sm::kWK);
+    copy_lin<Sm::kWU>(sdst + 4 * Sm::U, p.ws.u + base * C * V + slice * Sm::kWU);
   };
   auto issue_b = [&](int cg) {
     const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    copy_tile_ws<C, C / 2>(sPh, LCw, p.ws.ph + base * C * C / 2);
-    copy_tile_ws<C, C / 2>(sPl, LCw, p.ws.pl + base * C * C / 2);
-    copy_tile_ws<K, C / 2>(sKh, LCw, p.ws.kh + base * K * C / 2);
-    copy_tile_ws<K, C / 2>(sKl, LCw, p.ws.kl + base * K * C / 2);
+    copy_lin<Sm::kWP>(sdst + 4 * Sm::Ph, p.ws.ph + base * Sm::kWP);
+    copy_lin<Sm::kWP>(sdst + 4 * Sm::Pl, p.ws.pl + base * Sm::kWP);
+    copy_lin<Sm::kWKd>(sdst + 4 * Sm::Kh, p.ws.kh + base * Sm::kWKd);
+    copy_lin<Sm::kWKd>(sdst + 4 * Sm::Kl, p.ws.kl + base * Sm::kWKd);
   };
   if (c_begin < c_end) {
     issue_a(c_begin);
@@ -631,9 +617,9 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
 #pragma unroll
       for (int nt = 0; nt < C / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b_hl(bh, bl, hbW, LKw, nt * 8, ks * 16);
+        load_b_hl<C>(bh, bl, hbW, nt * 8, ks * 16);
         mma_split(ws[nt], ah, al, bh, bl);
-        load_b_hl(bh, bl, hbQ, LKw, nt * 8, ks * 16);
+        load_b_hl<C>(bh, bl, hbQ, nt * 8, ks * 16);
         mma_split(ot[nt], ah, al, bh, bl);
       }
     }
@@ -649,32 +635,25 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
     __syncthreads();  // every warp is done with tiles A
     if (cg + 1 < c_end) issue_a(cg + 1);
     cp_async_commit();
+    // Phase 2 in two sweeps over the 4 k-blocks of Vn^T (split once, 32 registers; Vn^T itself
+    // dies): first O^T += Vn^T P^T, then O^T is stored and dies, then S^T' = exp(G_C) S^T +
+    // Vn^T Kd. Each accumulator sees the same products in the same order as one interleaved
+    // sweep would (bitwise the same results); the live set stays S^T + O^T + Vn^T splits, so
+    // ptxas does not spill at K = 128 (it did with one interleaved sweep and the O store after
+    // the last barrier).
+    std::uint32_t vh[C / 16][4], vl[C / 16][4];
 #pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+    for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
     cp_async_wait<1>();  // tiles B of this chunk (tiles A of the next may be in flight)
     __syncthreads();
 #pragma unroll
-    for (int kc = 0; kc < C / 16; ++kc) {
-      std::uint32_t ah[4], al[4];
-      acc_to_a(ah, al, vn, kc);
+    for (int kc = 0; kc < C / 16; ++kc)
 #pragma unroll
       for (int nt = 0; nt < C / 8; ++nt) {
         std::uint32_t bh[2], bl[2];
-        load_b_hl(bh, bl, hbP, LCw, nt * 8, kc * 16);
-        mma_split(ot[nt], ah, al, bh, bl);
+        load_b_hl<C>(bh, bl, hbP, nt * 8, kc * 16);
+        mma_split(ot[nt], vh[kc], vl[kc], bh, bl);
       }
-#pragma unroll
-      for (int nt = 0; nt < K / 8; ++nt) {
-        std::uint32_t bh[2], bl[2];
-        load_b_hl(bh, bl, hbK, LCw, nt * 8, kc * 16);
-        mma_split(st[nt], ah, al, bh, bl);
-      }
-    }
-    __syncthreads();  // every warp is done with tiles B
-    if (cg + 1 < c_end) issue_b(cg + 1);
-    cp_async_commit();
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
@@ -684,6 +663,21 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
           o[(tok0 + i) * p.o_st + h * p.o_sh + v0 + gid + 8 * (e >> 1)] =
               from_f32<TOut>(ot[nt][e]);
       }
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc)
+#pragma unroll
+      for (int nt = 0; nt < K / 8; ++nt) {
+        std::uint32_t bh[2], bl[2];
+        load_b_hl<K>(bh, bl, hbK, nt * 8, kc * 16);
+        mma_split(st[nt], vh[kc], vl[kc], bh, bl);
+      }
+    __syncthreads();  // every warp is done with tiles B
+    if (cg + 1 < c_end) issue_b(cg + 1);
+    cp_async_commit();
   }
   cp_async_wait<0>();
   store_state<K, V>(st, p, nh, v0);
