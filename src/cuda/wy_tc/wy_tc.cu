@@ -215,7 +215,8 @@ struct Workspace {
 // piece (row r, columns 8 kb .. 8 kb + 7) is piece number (kb * NR / 8 + r / 8) * 8 + r % 8, so
 // every 8 x 16-byte core matrix is 128 contiguous bytes. The wgmma state pass copies whole tiles
 // with one bulk copy each and reads them through matrix descriptors; the mma.sync state pass
-// copies the pieces back into padded rows. ws_word: 32-bit word of the pair (r, c..c+1), c even.
+// copies whole tiles too and reads its fragments by ldmatrix. ws_word: 32-bit word of the pair
+// (r, c..c+1), c even.
 template <int NR> __device__ __forceinline__ int ws_word(int r, int c) {
   return ((((c >> 3) * (NR / 8) + (r >> 3)) << 3) + (r & 7)) * 4 + ((c & 7) >> 1);
 }
