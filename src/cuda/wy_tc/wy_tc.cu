@@ -9,11 +9,11 @@
 //       Qs = scale diag(exp G) Q; Kd = diag(exp(G_C - G)) K. W, Qs, Kd^T, P are written as
 //       bf16 hi / lo planes (the split below, done once), U fp32.
 //   wy_tc_chunk_kernel_v6  the same for bf16 io from bf16 smem tiles (ldmatrix, exact K K^T,
-//       Q K^T); the default there (GDN_WYTC_CHUNK=v2 forces v2); solves by 16 x 16 blocks
-//       on all four warps and forms U transposed (see its section below).
+//       Q K^T) (GDN_WYTC_CHUNK=v6; v2 forces v2); solves by 16 x 16 blocks on all four warps
+//       and forms U transposed (see its section below).
 //   wy_tc_chunk_kernel_v7  v6 bit for bit at 4 blocks per SM (128 registers, 52.75 KiB: the v
-//       tile loads into A's bytes after the solve) with W balanced over the warps
-//       (GDN_WYTC_CHUNK=v7; A/B against v6).
+//       tile loads into A's bytes after the solve) with W balanced over the warps; the default
+//       for bf16 io since r12 (GDN_WYTC_CHUNK=v7 / v6 for A/B).
 //   wy_tc_state_kernel<TOut, K, V>  sequential over the chunks of one sequence, one block per
 //       (sequence, value head, 64 columns of V), 4 warps of 16 columns each; the transposed
 //       state S^T lives in mma accumulator registers for the whole sequence:
@@ -1466,7 +1466,9 @@ bool use_wg_state() {
 // read at every call); v7neg (returns 8) = v7 with its negative control (U negated; tests only).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
-  constexpr int kChunkDefault = 6;
+  // v7 since r12 (f3184ee): arm 2.589 vs 2.689 ms at T = 32768 with v6, ncu 314 vs 350 us at
+  // T = 8192; bit-equal outputs (wy_tc.ChunkV7EqualsV6*).
+  constexpr int kChunkDefault = 7;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
   if (a.q.dtype != DType::bf16 || a.k.dtype != DType::bf16 || a.v.dtype != DType::bf16)
     return 2;
