@@ -41,6 +41,18 @@ log "built in $(( $(date +%s) - start )) s"
 grep -E "warning|spill" "$OUT/python_build.log" | grep -v "^\s*$" | head -40 | tee -a "$OUT/python.log"
 fi
 
+run_compare() {
+  log "bench/compare.py"
+  python3 bench/compare.py --json "$OUT/compare.jsonl" --png "$OUT/compare.png" \
+    ${COMPARE_ARGS:-} 2>&1 | tee "$OUT/compare.log"
+  bench_rc=${PIPESTATUS[0]}
+  log "compare exit $bench_rc"
+}
+bench_rc=0
+# GDN_COMPARE_FIRST=1: the side-by-side comparison before the tests (a call that runs out of time
+# in pytest still returns it).
+[[ ${GDN_COMPARE_FIRST:-0} == 1 && ${GDN_SKIP_COMPARE:-0} != 1 ]] && run_compare
+
 log "pytest python/tests"
 # The layer binding's tests run in their own process: a native crash there (128eb09: a segfault
 # in test_layer_bad_input) must not hide the results of the others.
@@ -54,14 +66,9 @@ log "pytest (layer) exit $layer_rc"
 test_rc=$(( test_rc != 0 || layer_rc != 0 ))
 log "pytest exit $test_rc"
 
-bench_rc=0
 if [[ ${GDN_SKIP_COMPARE:-0} == 1 ]]; then
   log "bench/compare.py skipped (GDN_SKIP_COMPARE=1)"
-else
-  log "bench/compare.py"
-  python3 bench/compare.py --json "$OUT/compare.jsonl" --png "$OUT/compare.png" \
-    ${COMPARE_ARGS:-} 2>&1 | tee "$OUT/compare.log"
-  bench_rc=${PIPESTATUS[0]}
-  log "compare exit $bench_rc"
+elif [[ ${GDN_COMPARE_FIRST:-0} != 1 ]]; then
+  run_compare
 fi
 exit $(( test_rc != 0 || bench_rc != 0 ))
