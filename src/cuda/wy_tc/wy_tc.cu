@@ -8,12 +8,12 @@
 //       registers); W = Tm diag(exp G) K; U = Tm V; P = scale (Q K^T .* Gam, lower incl. diag);
 //       Qs = scale diag(exp G) Q; Kd = diag(exp(G_C - G)) K. W, Qs, Kd^T, P are written as
 //       bf16 hi / lo planes (the split below, done once), U fp32.
-//   wy_tc_chunk_kernel_v6  the same for bf16 io from bf16 smem tiles (ldmatrix, exact K K^T,
-//       Q K^T) (GDN_WYTC_CHUNK=v6; v2 forces v2); solves by 16 x 16 blocks on all four warps
-//       and forms U transposed (see its section below).
-//   wy_tc_chunk_kernel_v7  v6 bit for bit at 4 blocks per SM (128 registers, 52.75 KiB: the v
-//       tile loads into A's bytes after the solve) with W balanced over the warps; the default
-//       for bf16 io since r12 (GDN_WYTC_CHUNK=v7 / v6 for A/B).
+//   wy_tc_chunk_kernel_v7  the same for bf16 io from bf16 smem tiles (ldmatrix, exact K K^T,
+//       Q K^T; the default there, GDN_WYTC_CHUNK=v2 forces v2); solves by 16 x 16 blocks on all
+//       four warps and forms U transposed (v6's work layout, see its section below), at 4
+//       blocks per SM (128 registers, 52.75 KiB: the v tile loads into A's bytes after the
+//       solve) with W balanced over the warps. (v6, bit-equal and 10% slower, was removed after
+//       r12; in git at 636faf7.)
 //   wy_tc_state_kernel<TOut, K, V>  sequential over the chunks of one sequence, one block per
 //       (sequence, value head, 64 columns of V), 4 warps of 16 columns each; the transposed
 //       state S^T lives in mma accumulator registers for the whole sequence:
@@ -241,7 +241,7 @@ struct ChunkParams {
   const std::int32_t* chunk_len;   // [NC] 1..64
   int HK, HV;
   bool tiled, l2norm;
-  bool exact_ws;  // write the exact workspace format (v6 chunk kernel only; see Workspace)
+  bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   float scale;
   Workspace ws;
 };
@@ -423,7 +423,7 @@ struct StateParams {
   const std::int32_t* chunk_len;   // [NC]
   const std::int32_t* seq_chunk0;  // [N+1] first global chunk of each sequence
   int HV;
-  bool wg_negctl;  // v6 only, negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
+  bool wg_negctl;  // wgmma passes only (v6, v8), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
 };
@@ -711,21 +711,20 @@ template <int K, int V> struct ChunkSmemV5 {
                                      // rows of one ldmatrix hit distinct bank groups)
   static constexpr int LBV = V + 8;  // bf16 row stride of the v tile
   static constexpr int LA = Cfg::kChunk + Cfg::kPad;  // fp32 rows of A and X
-  // sK, sQ 64 x LB bf16 (17 KiB each at K = 128), sV 64 x LBV bf16, sA 64 x 68 fp32 (17 KiB),
-  // 7 vectors of 64 fp32; X = (I + A)^-1 (64 x 68 fp32) reuses sQ once Qs is written (it fits
-  // when K >= 128; K = 64 keeps its own region): ~70 KiB at K = V = 128, three blocks per SM.
+  // v6 used sK, sQ 64 x LB bf16, sV 64 x LBV bf16, sA 64 x 68 fp32 and 7 vectors of 64 fp32
+  // (~70 KiB at K = V = 128); X = (I + A)^-1 (64 x 68 fp32) reuses sQ once Qs is written (it
+  // fits when K >= 128; K = 64 keeps its own region). v7 (ChunkSmemV7) keeps these strides.
   static constexpr bool kXInQ = 2 * LB >= 4 * LA;
-  static constexpr std::size_t bytes =
-      2 * static_cast<std::size_t>(Cfg::kChunk) * (2 * LB + LBV) +
-      4 * static_cast<std::size_t>(Cfg::kChunk) * ((kXInQ ? 1 : 2) * LA + 7);
 };
 
 // The v5 chunk kernel (the first bf16-tile version, 5.29 ms for the whole arm at 9b06ffe) was
-// replaced by v6 below and removed after the A/B run r8 (3936abf: v6 0.43 ms faster at 32768);
-// it remains in git at 3936abf. ChunkSmemV5 is the shared-memory plan v6 kept.
+// replaced by v6 and removed after the A/B run r8 (3936abf: v6 0.43 ms faster at 32768); it
+// remains in git at 3936abf. v6 was replaced by v7 (below; bit-equal outputs, r12) and removed
+// after r12; it remains in git at 636faf7. ChunkSmemV5 is the shared-memory plan v6 used, whose
+// row strides v7 keeps.
 
-// ---- v6 chunk kernel (docs/NOTES_wy_tc.md, "v6 chunk kernel") ----
-// Same workspace, same products and the same fold precision as v5; what changes is the work
+// ---- the chunk kernels' work layout (v6, docs/NOTES_wy_tc.md "v6 chunk kernel"; kept by v7) ----
+// Same workspace, same products and the same fold precision as v5; what changed is the work
 // layout:
 //   * X = (I + A)^-1 by blocks of 16, fp32 FFMA throughout (as v5's column solve): warp w inverts
 //     its diagonal block X_ww (solve_column on 16 columns); then, for row blocks I = 1..3,
@@ -800,301 +799,9 @@ __device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int 
   __syncwarp();  // the next row block reads these rows
 }
 
-template <typename TBeta, int K, int V, bool kL2>
-__global__ void __launch_bounds__(Cfg::kThreads, 3) wy_tc_chunk_kernel_v6(ChunkParams p) {
-  constexpr int C = Cfg::kChunk;
-  using Sm = ChunkSmemV5<K, V>;  // same regions as v5
-  constexpr int LB = Sm::LB, LBV = Sm::LBV, LA = Sm::LA;
-  static_assert(!Sm::kXInQ || 2 * LB == 4 * LA, "X row r takes exactly the bytes of q row r");
-  static_assert(K % 32 == 0 && V % 16 == 0, "whole x4 groups of the Kd^T tile, whole m-tiles of V");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [C][LB]
-  __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
-  __nv_bfloat16* sV = sQ + C * LB;                                  // [C][LBV]
-  float* sA = reinterpret_cast<float*>(sV + C * LBV);               // [C][LA] strict-lower A
-  // X = (I + A)^-1: row r in the bytes of q row r (K = 128), written by the warp that owns the
-  // row while q rows are still in use only by that warp, by the others after barrier 3.
-  float* sX = Sm::kXInQ ? reinterpret_cast<float*>(sQ) : sA + C * LA;
-  float* sG = sA + C * LA + (Sm::kXInQ ? 0 : C * LA);  // cumulative log-decay
-  float* sE = sG + C;       // exp(G)
-  float* sD = sE + C;       // exp(G_C - G) / |k|
-  float* sB = sD + C;       // beta
-  float* sRk = sB + C;      // 1 / |k| (1 without l2norm)
-  float* sRq = sRk + C;     // 1 / |q|
-  float* sS = sRq + C;      // beta E rk: column scaling of X for W
-
-  const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int gid = lane >> 2, tig = lane & 3;
-  const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-  if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
-  const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
-  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
-  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
-  const TBeta* beta = static_cast<const TBeta*>(p.beta);
-
-  // Tiles: 16-byte pieces, rows past the chunk's length zero-filled (g = 0, beta = 0 there).
-  {
-    constexpr int PK = K / 8, PV = V / 8;  // 16-byte pieces per row
-    for (int i = tid; i < C * PK; i += Cfg::kThreads) {
-      const int r = i / PK, c = (i % PK) * 8;
-      const bool ok = r < len;
-      const std::int64_t t = tok0 + (ok ? r : 0);
-      cp_async16_zfill(sK + r * LB + c, k + t * p.k_st + kh * p.k_sh + c, ok);
-      cp_async16_zfill(sQ + r * LB + c, q + t * p.q_st + kh * p.q_sh + c, ok);
-    }
-    for (int i = tid; i < C * PV; i += Cfg::kThreads) {
-      const int r = i / PV, c = (i % PV) * 8;
-      const bool ok = r < len;
-      const std::int64_t t = tok0 + (ok ? r : 0);
-      cp_async16_zfill(sV + r * LBV + c, v + t * p.v_st + h * p.v_sh + c, ok);
-    }
-    cp_async_commit();
-  }
-  if (tid < C) {
-    const std::int64_t t = tok0 + tid;
-    sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
-    sB[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // barrier 1: tiles, g, beta
-  if (warp == 0) {
-    chunk_cumsum(sG);
-  } else if (kL2) {  // warps 1..3: row norms of k and q (rows of zeros get 1 / sqrt(1e-6))
-    for (int r = warp - 1; r < 2 * C; r += Cfg::kThreads / 32 - 1) {
-      const __nv_bfloat16* row = r < C ? sK + r * LB : sQ + (r - C) * LB;
-      float ss = 0.f;
-      for (int c = lane; c < K; c += 32) {
-        const float x = __bfloat162float(row[c]);
-        ss += x * x;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) (r < C ? sRk[r] : sRq[r - C]) = rsqrtf(ss + 1e-6f);
-    }
-  }
-  if (!kL2 && tid < C) sRk[tid] = 1.f, sRq[tid] = 1.f;
-  __syncthreads();  // barrier 2: G, norms
-
-  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-  const int m0 = warp * 16;
-  // Row scalings of the warp's own rows (the same expressions as v5); other warps read them only
-  // after barrier 3.
-  if (lane < 16) {
-    const int r = m0 + lane;
-    sE[r] = expf(sG[r]);
-    sD[r] = expf(sG[C - 1] - sG[r]) * sRk[r];
-    sS[r] = sB[r] * sE[r] * sRk[r];
-    if (p.exact_ws) {
-      p.ws.eq[base * C + r] = p.scale * sE[r] * sRq[r];
-      p.ws.ed[base * C + r] = sD[r];
-    }
-  }
-  if (tid == 0) p.ws.gc[base] = sG[C - 1];
-  __syncwarp();
-
-  const unsigned aK = smem_addr(sK + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
-  const unsigned aQ = smem_addr(sQ + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
-  const unsigned bK = smem_addr(sK + ((lane & 7) + ((lane >> 4) << 3)) * LB + ((lane >> 3) & 1) * 8);
-  const unsigned tK = smem_addr(sK + (lane & 15) * LB + (lane >> 4) * 8);
-  // Q K^T and K K^T for the warp's 16 rows, n-tiles up to the diagonal only (as v5).
-  {
-    float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
-    const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-      std::uint32_t ak[4], aq[4];
-      ldsm_x4_a(ak, aK + 2 * (ks * 16));
-      ldsm_x4_a(aq, aQ + 2 * (ks * 16));
-#pragma unroll
-      for (int np = 0; np < C / 16; ++np) {
-        if (2 * np < ntiles) {
-          std::uint32_t b[4];
-          ldsm_x4_a(b, bK + 2 * (np * 16 * LB + ks * 16));
-          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-          mma_bf16(akk[2 * np], ak, b0);
-          mma_bf16(akk[2 * np + 1], ak, b1);
-          mma_bf16(aqk[2 * np], aq, b0);
-          mma_bf16(aqk[2 * np + 1], aq, b1);
-        }
-      }
-    }
-    std::uint32_t* Ph = p.ws.ph + base * C * C / 2;
-    std::uint32_t* Pl = p.ws.pl + base * C * C / 2;
-#pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int i = m0 + acc_row(e), j = acc_col(nt, e);
-        const int at = ws_word<C>(i, j);
-        if (nt < ntiles) {
-          // The gate exponent is masked before the exp (G_i - G_j > 0 above the diagonal).
-          const float gi = sG[i], ri = sB[i] * sRk[i], rq = p.scale * sRq[i];
-          const float c0 = i >= j ? expf(gi - sG[j]) * sRk[j] : 0.f;
-          const float c1 = i >= j + 1 ? expf(gi - sG[j + 1]) * sRk[j + 1] : 0.f;
-          sA[i * LA + j] = i > j ? ri * akk[nt][e] * c0 : 0.f;
-          sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
-          const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
-          const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-          split_pair(x0, x1, Ph[at], Pl[at]);
-        } else {  // above the diagonal block: P is zero (the state pass reads the whole tile)
-          Ph[at] = 0u;
-          Pl[at] = 0u;
-        }
-      }
-  }
-  // Qs = scale diag(E rq) Q for the warp's own rows: piece (row r, 8 kb .. 8 kb + 7) of the
-  // ws_word<C> order is one 16-byte row segment of the q tile. Lanes 0-15 take rows m0 + lane of
-  // column piece 2 it, lanes 16-31 of piece 2 it + 1 (a warp's store: 2 x 256 contiguous bytes).
-  {
-    uint4* Qh4 = reinterpret_cast<uint4*>(p.ws.qh + base * C * K / 2);
-    uint4* Ql4 = reinterpret_cast<uint4*>(p.ws.ql + base * C * K / 2);
-    const int r = m0 + (lane & 15);
-    const float f = p.scale * sE[r] * sRq[r];
-#pragma unroll
-    for (int it = 0; it < K / 16; ++it) {
-      const int kb = 2 * it + (lane >> 4);
-      const int piece = (kb * (C / 8) + (r >> 3)) * 8 + (r & 7);
-      const uint4 qq = *reinterpret_cast<const uint4*>(sQ + r * LB + 8 * kb);
-      if (p.exact_ws) {  // Q itself; its scaling goes out as the vector eq
-        Qh4[piece] = qq;
-      } else {
-        const std::uint32_t w4[4] = {qq.x, qq.y, qq.z, qq.w};
-        std::uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(&w4[e]);
-          split_pair(f * __low2float(b2), f * __high2float(b2), hi[e], lo[e]);
-        }
-        Qh4[piece] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        Ql4[piece] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      }
-    }
-  }
-  __syncwarp();  // the warp's A rows written, its q rows read: X_ww may overwrite them
-  solve_column<LA, 16>(sA + m0 * LA + m0, sX + m0 * LA + m0, lane & 15);  // lanes 16-31 repeat 0-15
-  if (warp < 2) {
-    // Kd^T = (diag(D) K)^T by ldmatrix.trans of the k tile: x4 group g holds the 8 x 8 matrices
-    // 4 g .. 4 g + 3 of the ws_word<K> order (matrix mi: tokens 8 (mi / (K/8)) .., key dims
-    // 8 (mi % (K/8)) ..); lane l receives word l of each, (key dim 8 db + gid, tokens 8 kb + 2 tig,
-    // + 1). D is formed here with sD's expression (warps 2-3 write their rows of sD only now).
-    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;
-    std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
-#pragma unroll 2
-    for (int g = warp; g < C * K / 256; g += 2) {
-      const int mi = 4 * g + (lane >> 3), kb = mi / (K / 8), db = mi % (K / 8);
-      std::uint32_t w4[4];
-      ldsm_x4_t_a(w4, smem_addr(sK + (8 * kb + (lane & 7)) * LB + 8 * db));
-      if (p.exact_ws) {  // K^T itself; its scaling goes out as the vector ed
-#pragma unroll
-        for (int m = 0; m < 4; ++m) Kh[(4 * g + m) * 32 + lane] = w4[m];
-      } else {
-        const int r = 8 * ((4 * g) / (K / 8)) + 2 * tig;  // the 4 matrices share kb (K/8 >= 4)
-        const float d0 = expf(sG[C - 1] - sG[r]) * sRk[r];
-        const float d1 = expf(sG[C - 1] - sG[r + 1]) * sRk[r + 1];
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(&w4[m]);
-          split_pair(d0 * __low2float(b2), d1 * __high2float(b2), Kh[(4 * g + m) * 32 + lane],
-                     Kl[(4 * g + m) * 32 + lane]);
-        }
-      }
-    }
-  }
-  __syncthreads();  // barrier 3: every diagonal block of X, every row of A and of sS, sD; q read
-  solve_row_block<1, LA>(sA, sX, warp, lane);
-  solve_row_block<2, LA>(sA, sX, warp, lane);
-  solve_row_block<3, LA>(sA, sX, warp, lane);
-  __syncthreads();  // barrier 4: X complete
-
-  // W = Y K, Y = X diag(beta E rk): rows m0 .. m0 + 15, k-steps up to the diagonal (Y[i][j] = 0
-  // for j > i). A fragments split hi + lo; B fragments of the exact k tile by ldmatrix.trans.
-  {
-    float acc[K / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks) {
-      if (ks <= warp) {
-        std::uint32_t yh[4], yl[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = m0 + gid + 8 * (r & 1), col = ks * 16 + 2 * tig + 8 * (r >> 1);
-          const float2 x2 = *reinterpret_cast<const float2*>(sX + row * LA + col);
-          split_pair(x2.x * sS[col], x2.y * sS[col + 1], yh[r], yl[r]);
-        }
-#pragma unroll
-        for (int np = 0; np < K / 16; ++np) {
-          std::uint32_t b[4];
-          ldsm_x4_t_a(b, tK + 2 * (ks * 16 * LB + np * 16));
-          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-          mma_bf16(acc[2 * np], yl, b0);
-          mma_bf16(acc[2 * np], yh, b0);
-          mma_bf16(acc[2 * np + 1], yl, b1);
-          mma_bf16(acc[2 * np + 1], yh, b1);
-        }
-      }
-    }
-    std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
-    std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
-#pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int at = ws_word<C>(m0 + acc_row(e), acc_col(nt, e));
-        split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
-      }
-  }
-  // U^T = V^T Xb^T, Xb = X diag(beta): warp w computes the token n-tiles t0 = w and t1 = 7 - w
-  // (k-steps ks <= t / 2: 5 per warp) for every m-tile of V. A = V^T by ldmatrix.trans from the
-  // v tile: matrices (tokens 16 ks + 0-7 | 8-15) x (values 16 mt + 0-7 | 8-15), lane l giving row
-  // (l & 7) + 8 (l >> 4), column half (l >> 3) & 1. B = Xb^T: b0 = (Xb[i][j], Xb[i][j + 1]),
-  // b1 = (Xb[i][j + 8], Xb[i][j + 9]), i = 8 t + gid, j = 16 ks + 2 tig, split hi + lo.
-  {
-    const int t0 = warp, t1 = 7 - warp;
-    const unsigned aV =
-        smem_addr(sV + ((lane & 7) + ((lane >> 4) << 3)) * LBV + ((lane >> 3) & 1) * 8);
-    auto xb_frag = [&](std::uint32_t (&hi)[2], std::uint32_t (&lo)[2], int t, int ks) {
-      const int i = 8 * t + gid, j = 16 * ks + 2 * tig;
-      const float2 x0 = *reinterpret_cast<const float2*>(sX + i * LA + j);
-      const float2 x1 = *reinterpret_cast<const float2*>(sX + i * LA + j + 8);
-      split_pair(x0.x * sB[j], x0.y * sB[j + 1], hi[0], lo[0]);
-      split_pair(x1.x * sB[j + 8], x1.y * sB[j + 9], hi[1], lo[1]);
-    };
-    float acc[V / 16][2][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks) {
-      if (2 * ks <= t1) {  // t1 >= 4 > t0: every k-step of t0 is one of t1's
-        const bool use0 = 2 * ks <= t0;
-        std::uint32_t b0h[2] = {}, b0l[2] = {}, b1h[2], b1l[2];
-        xb_frag(b1h, b1l, t1, ks);
-        if (use0) xb_frag(b0h, b0l, t0, ks);
-#pragma unroll
-        for (int mt = 0; mt < V / 16; ++mt) {
-          std::uint32_t a[4];
-          ldsm_x4_t_a(a, aV + 2 * (ks * 16 * LBV + mt * 16));
-          if (use0) {
-            mma_bf16(acc[mt][0], a, b0l);
-            mma_bf16(acc[mt][0], a, b0h);
-          }
-          mma_bf16(acc[mt][1], a, b1l);
-          mma_bf16(acc[mt][1], a, b1h);
-        }
-      }
-    }
-    // Accumulator element e of (mt, t) is U[8 t + 2 tig + (e & 1)][16 mt + gid + 8 (e >> 1)]:
-    // float4 number (mt / 4) 1024 + t 128 + (mt % 4) 32 + lane of ws_u.
-    float4* U4 = reinterpret_cast<float4*>(p.ws.u + base * C * V);
-#pragma unroll
-    for (int mt = 0; mt < V / 16; ++mt) {
-      U4[(mt >> 2) * 1024 + t0 * 128 + (mt & 3) * 32 + lane] =
-          make_float4(acc[mt][0][0], acc[mt][0][1], acc[mt][0][2], acc[mt][0][3]);
-      U4[(mt >> 2) * 1024 + t1 * 128 + (mt & 3) * 32 + lane] =
-          make_float4(acc[mt][1][0], acc[mt][1][1], acc[mt][1][2], acc[mt][1][3]);
-    }
-  }
-}
-
-// ---- v7 chunk kernel (docs/NOTES_wy_tc.md, "v7 chunk kernel"; GDN_WYTC_CHUNK=v7) ----
-// v6's arithmetic, operand values and summation order unchanged (results bitwise equal to v6);
+// ---- v7 chunk kernel (docs/NOTES_wy_tc.md, "v7 chunk kernel"; the default for bf16 io) ----
+// v6's arithmetic, operand values and summation order unchanged (results bitwise equal to v6,
+// checked on the GPU in r12 before v6 was removed);
 // what changes is occupancy and the balance of the W fold:
 //   * 4 blocks of 4 warps per SM instead of 3: __launch_bounds__(128, 4) (<= 128 registers) and
 //     52.75 KiB of shared memory (v6 69.75): the v tile is not loaded with q and k but into the
@@ -1118,7 +825,7 @@ template <int K, int V> struct ChunkSmemV7 {
 };
 
 // negctl (negative control, GDN_WYTC_CHUNK=v7neg): U is written negated, so parity must fail
-// and the outputs must differ from v6's; shows that the v7 kernel is the one that ran.
+// and the outputs must differ from v7's; shows that the v7 kernel is the one that ran.
 template <typename TBeta, int K, int V, bool kL2>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
@@ -1460,15 +1167,12 @@ bool use_wg_state() {
 #endif
 }
 
-// Chunk kernel variant: 2 = v2 (any io), 6 = v6, 7 = v7 (both read q, k, v as bf16 in 16-byte
-// pieces: bf16 io with 16-byte aligned rows; same results bit for bit). kChunkDefault runs
-// there unless GDN_WYTC_CHUNK=v2 / v6 / v7 forces one (A/B measurements and tests in one build;
-// read at every call); v7neg (returns 8) = v7 with its negative control (U negated; tests only).
+// Chunk kernel variant: 2 = v2 (any io), 7 = v7 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
+// with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
+// measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
+// negative control (U negated; tests only).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
-  // v7 since r12 (f3184ee): arm 2.589 vs 2.689 ms at T = 32768 with v6, ncu 314 vs 350 us at
-  // T = 8192; bit-equal outputs (wy_tc.ChunkV7EqualsV6*).
-  constexpr int kChunkDefault = 7;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
   if (a.q.dtype != DType::bf16 || a.k.dtype != DType::bf16 || a.v.dtype != DType::bf16)
     return 2;
@@ -1477,10 +1181,8 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
            (t.stride[1] * 2) % 16 == 0;
   };
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
-  if (env_is("GDN_WYTC_CHUNK", "v6")) return 6;
-  if (env_is("GDN_WYTC_CHUNK", "v7")) return 7;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
-  return kChunkDefault;
+  return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
 template <int K, int V>
@@ -1500,11 +1202,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
   const std::size_t b_gc = align_up(sizeof(float) * tiles);
   const std::size_t b_vec = align_up(sizeof(float) * tiles * C);
-  // The exact workspace format (Q, K^T themselves + eq, ed) needs the v6 or v7 chunk kernel
+  // The exact workspace format (Q, K^T themselves + eq, ed) needs the v7 chunk kernel
   // (bf16 q/k) and is read by the wgmma state pass only.
   const int chunk_v = chunk_variant(pr, a);
-  const bool v6_chunk = chunk_v >= 6, wg = use_wg_state();  // v6, v7 (same workspace formats)
-  const bool exact_ws = v6_chunk && wg;
+  const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
+  const bool exact_ws = v7_chunk && wg;
   cuda::Scratch scratch(st);
   Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_vec);
   if (!stt.ok()) return stt;
@@ -1543,7 +1245,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     cp.ws = ws;
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     const dim3 grid(static_cast<unsigned>(NC), static_cast<unsigned>(pr.HV));
-    if (chunk_v >= 7) {
+    if (v7_chunk) {
       auto go = [&](auto kern) -> Status {
         constexpr std::size_t smem = ChunkSmemV7<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1559,23 +1261,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
       else
         ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true>)
                           : go(wy_tc_chunk_kernel_v7<float, K, V, false>);
-      if (!ls.ok()) return ls;
-    } else if (v6_chunk) {
-      auto go = [&](auto kern) -> Status {
-        constexpr std::size_t smem = ChunkSmemV5<K, V>::bytes;
-        GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-        kern<<<grid, Cfg::kThreads, smem, st>>>(cp);
-        GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v6");
-        return Status::Ok();
-      };
-      Status ls;
-      if (a.beta.dtype == DType::bf16)
-        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v6<__nv_bfloat16, K, V, true>)
-                          : go(wy_tc_chunk_kernel_v6<__nv_bfloat16, K, V, false>);
-      else
-        ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v6<float, K, V, true>)
-                          : go(wy_tc_chunk_kernel_v6<float, K, V, false>);
       if (!ls.ok()) return ls;
     } else {
     Status ls = cuda::dispatch_dtype(a.q.dtype, [&](auto tin) -> Status {
