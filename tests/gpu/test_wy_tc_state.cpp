@@ -186,6 +186,73 @@ TEST(WyTcState, V8EqualsV6BitForBit) {
   }
 }
 
+// Overlapped passes (one sequence whose state blocks fill at most half of the SMs, >= 2 segments
+// of >= 16 chunks): the chunk kernels of segment i + 1 run beside the state pass of segment i,
+// which continues from segment i - 1's state through an fp32 carry buffer. The results equal the
+// single pass (GDN_WYTC_OVERLAP=0) bit for bit and pass the oracle; the negative control
+// (GDN_WYTC_OVERLAP=negctl drops the carry) must differ, which also shows that the segmented
+// path is the one that ran.
+TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
+  if (!is_sm90()) GTEST_SKIP() << "the v8 state pass runs on compute capability 9.0 only";
+  std::vector<StateCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks: 5 segments
+    s.h0 = true;
+    s.decay = check::Decay::slow;
+    cs.push_back({"L4099_HK2_HV6_K128_V128_bf16_h0", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 1, 2, 64, 64);  // 33 chunks: 3 segments
+    s.out_dtype = gdn::DType::f32;
+    s.state_layout = gdn::StateLayout::vk;
+    s.l2norm_in_kernel = true;
+    s.h0 = false;
+    cs.push_back({"L2100_HK1_HV2_K64_V64_f32out_vk_l2norm", s});
+  }
+  int seed = 300;
+  for (const StateCase& sc : cs) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+    std::printf("wy-tc overlapped %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
+                r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+    EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+    EXPECT_TRUE(r.pass) << testutil::describe(r);
+    EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+    const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
+    check::ArmOutput one, bad;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_OVERLAP", "0");
+      one = check::run_arm(Arm::wy_tc, c, true);
+    }
+    {
+      testutil::ScopedEnv env("GDN_WYTC_OVERLAP", "negctl");
+      bad = check::run_arm(Arm::wy_tc, c, true);
+    }
+    ASSERT_TRUE(seg.status.ok() && one.status.ok() && bad.status.ok())
+        << seg.status.message() << one.status.message() << bad.status.message();
+    ASSERT_EQ(seg.o.size(), one.o.size());
+    ASSERT_EQ(seg.hT.size(), one.hT.size());
+    std::size_t diff_o = 0, diff_s = 0, bad_o = 0, bad_s = 0;
+    for (std::size_t i = 0; i < seg.o.size(); ++i) {
+      diff_o += !(seg.o[i] == one.o[i]);
+      bad_o += !(bad.o[i] == one.o[i]);
+    }
+    for (std::size_t i = 0; i < seg.hT.size(); ++i) {
+      diff_s += !(seg.hT[i] == one.hT[i]);
+      bad_s += !(bad.hT[i] == one.hT[i]);
+    }
+    std::printf("wy-tc overlapped vs single pass %s: %zu of %zu o, %zu of %zu state differ; "
+                "negative control: %zu o, %zu state differ\n",
+                sc.name, diff_o, seg.o.size(), diff_s, seg.hT.size(), bad_o, bad_s);
+    EXPECT_EQ(diff_o, 0u);
+    EXPECT_EQ(diff_s, 0u);
+    EXPECT_GT(bad_o, 0u) << "dropping the carry changed nothing: the segmented path did not run";
+    EXPECT_GT(bad_s, 0u);
+  }
+}
+
 TEST(WyTcState, NegativeControlFails) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
   const StateCase sc = cases()[0];

@@ -44,6 +44,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -244,6 +246,7 @@ struct ChunkParams {
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   float scale;
   Workspace ws;
+  int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
 };
 
 template <int K, int V> struct ChunkSmem {
@@ -275,7 +278,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wy_tc_chunk_kernel(ChunkParams 
   float* sB = sE + C;        // [C] beta
   float* sD = sB + C;        // [C] exp(G_C - G)
 
-  const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
+            lane = tid & 31;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
   const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
@@ -423,6 +427,7 @@ struct StateParams {
   const std::int32_t* chunk_len;   // [NC]
   const std::int32_t* seq_chunk0;  // [N+1] first global chunk of each sequence
   int HV;
+  int seg_c0, seg_c1;  // v8 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
   bool wg_negctl;  // wgmma passes only (v6, v8), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
@@ -848,7 +853,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  const int cg = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
+            lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
@@ -1167,6 +1173,45 @@ bool use_wg_state() {
 #endif
 }
 
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return n;
+}
+
+// The side stream of the overlapped passes (one per process and device; high priority so that
+// its state blocks are placed before pending chunk blocks) and its events, reused under `m`.
+struct SideStream {
+  std::mutex m;
+  cudaStream_t s = nullptr;
+  std::vector<cudaEvent_t> ev;
+  Status ensure(int n_events) {
+    if (!s) {
+      int lo = 0, hi = 0;
+      GDN_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+      GDN_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, hi));
+    }
+    while (static_cast<int>(ev.size()) < n_events) {
+      cudaEvent_t e = nullptr;
+      GDN_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      ev.push_back(e);
+    }
+    return Status::Ok();
+  }
+};
+SideStream& side_stream() {
+  static std::mutex table_m;
+  static std::vector<std::unique_ptr<SideStream>> table;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  std::lock_guard<std::mutex> lock(table_m);
+  if (static_cast<int>(table.size()) <= dev) table.resize(dev + 1);
+  if (!table[dev]) table[dev] = std::make_unique<SideStream>();
+  return *table[dev];
+}
+
 // Chunk kernel variant: 2 = v2 (any io), 7 = v7 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
 // with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
 // measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
@@ -1207,8 +1252,20 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const int chunk_v = chunk_variant(pr, a);
   const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
+  // Overlapped passes (see below): one sequence, the v8 state pass, and state blocks that leave
+  // at least half of the SMs to the chunk kernels; segments of >= 16 chunks, at most 8.
+  const int state_blocks = static_cast<int>(std::min<std::int64_t>(
+      static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
+  const bool want_v8 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  const std::int64_t seg = std::max<std::int64_t>(16, (NC + 7) / 8);
+  const int nseg = static_cast<int>((NC + seg - 1) / seg);
+  const bool overlap = want_v8 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
+                       2 * state_blocks <= sm_count();
+  const bool overlap_negctl = overlap && env_is("GDN_WYTC_OVERLAP", "negctl");
+  const std::size_t b_carry =
+      overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
   cuda::Scratch scratch(st);
-  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_vec);
+  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry);
   if (!stt.ok()) return stt;
   cuda::ChunkTable table;
   stt = cuda::build_chunk_table(plan, offs, scratch.as<void>(0), st, &table);
@@ -1222,12 +1279,15 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   ws.u = scratch.as<float>(off), off += b_cv;
   ws.gc = scratch.as<float>(off), off += b_gc;
   ws.eq = scratch.as<float>(off), off += b_vec;
-  ws.ed = scratch.as<float>(off);
+  ws.ed = scratch.as<float>(off), off += b_vec;
+  float* carry = overlap ? scratch.as<float>(off) : nullptr;  // one sequence's state, fp32
   const std::int32_t* d_tok0 = table.tok0;
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
 
-  if (NC > 0) {
+  // Chunk kernels over the global chunks [c0, c1) on `stream`.
+  auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream) -> Status {
+    if (c1 <= c0) return Status::Ok();
     ChunkParams cp{};
     cp.q = a.q.data, cp.k = a.k.data, cp.v = a.v.data;
     cp.g = static_cast<const float*>(a.g.data);
@@ -1243,14 +1303,15 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     cp.scale = pr.scale;
     cp.exact_ws = exact_ws;
     cp.ws = ws;
+    cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
-    const dim3 grid(static_cast<unsigned>(NC), static_cast<unsigned>(pr.HV));
+    const dim3 grid(static_cast<unsigned>(c1 - c0), static_cast<unsigned>(pr.HV));
     if (v7_chunk) {
       auto go = [&](auto kern) -> Status {
         constexpr std::size_t smem = ChunkSmemV7<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-        kern<<<grid, Cfg::kThreads, smem, st>>>(cp, chunk_v == 8 ? 1 : 0);
+        kern<<<grid, Cfg::kThreads, smem, stream>>>(cp, chunk_v == 8 ? 1 : 0);
         GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v7");
         return Status::Ok();
       };
@@ -1269,7 +1330,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
         constexpr std::size_t smem = ChunkSmem<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-        kern<<<grid, Cfg::kThreads, smem, st>>>(cp);
+        kern<<<grid, Cfg::kThreads, smem, stream>>>(cp);
         GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel");
         return Status::Ok();
       };
@@ -1283,7 +1344,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     });
     if (!ls.ok()) return ls;
     }
-  }
+    return Status::Ok();
+  };
 
   StateParams sp{};
   sp.o = a.o.data, sp.o_st = a.o.stride[0], sp.o_sh = a.o.stride[1];
@@ -1296,18 +1358,22 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
-  Status ls = cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
+  sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
+  const bool v8 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
+  auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
+  return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
     constexpr std::int64_t kEs = sizeof(TOut);
-    sp.o_vec = reinterpret_cast<std::uintptr_t>(a.o.data) % 16 == 0 && (a.o.stride[0] * kEs) % 16 == 0 &&
-               (a.o.stride[1] * kEs) % 16 == 0;
+    spp.o_vec = reinterpret_cast<std::uintptr_t>(a.o.data) % 16 == 0 &&
+                (a.o.stride[0] * kEs) % 16 == 0 && (a.o.stride[1] * kEs) % 16 == 0;
     auto go = [&](auto kern, std::size_t smem, const char* name) -> Status {
       GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-      kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, st>>>(sp);
+      kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    if (wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6"))
+    if (v8)
       return go(wy_tc_state_kernel_wg8<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg8 launch");
     if (wg && exact_ws)
@@ -1319,9 +1385,51 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     return go(wy_tc_state_kernel<TOut, K, V>, StateSmem<K, V>::bytes,
               "wy_tc_state_kernel launch");
   });
-  // The scratch is freed stream-ordered (cudaFreeAsync) after the kernels; no host sync here.
-  return ls;
+  };
+
+  if (!overlap) {
+    Status ls = run_chunks(0, NC, st);
+    if (!ls.ok()) return ls;
+    return run_state(sp, st);
+  }
+  // Overlapped passes (one sequence whose state blocks fill at most half of the SMs; see
+  // overlap_plan): the chunk kernels of segment i + 1 run on `st` while the state pass of
+  // segment i runs on a high-priority side stream on the SMs it leaves free. Each segment's state
+  // pass continues from the previous one's state through `carry` (fp32, the caller's layout): the
+  // results equal the single pass bit for bit. Ordering by events only (no spinning), so a
+  // serialising environment (sanitizers, no concurrent kernels) loses the overlap, not progress.
+  SideStream& side = side_stream();
+  std::lock_guard<std::mutex> lock(side.m);
+  Status ls = side.ensure(nseg + 1);
+  if (!ls.ok()) return ls;
+  Status res = Status::Ok();
+  int recorded = 0;  // state passes enqueued on the side stream
+  for (int i = 0; i < nseg && res.ok(); ++i) {
+    const std::int64_t c0 = i * seg, c1 = std::min<std::int64_t>(NC, c0 + seg);
+    res = run_chunks(c0, c1, st);
+    if (!res.ok()) break;
+    res = cuda::from_cuda(cudaEventRecord(side.ev[i], st), "wy-tc overlap: event record");
+    if (!res.ok()) break;
+    res = cuda::from_cuda(cudaStreamWaitEvent(side.s, side.ev[i], 0), "wy-tc overlap: wait");
+    if (!res.ok()) break;
+    StateParams spi = sp;
+    spi.seg_c0 = static_cast<int>(c0), spi.seg_c1 = static_cast<int>(c1);
+    spi.h0 = i == 0 ? sp.h0 : carry;
+    spi.hT = i == nseg - 1 ? sp.hT : carry;
+    if (i > 0 && overlap_negctl) spi.h0 = nullptr;  // negative control: the carry is dropped
+    res = run_state(spi, side.s);
+    ++recorded;
+  }
+  // Join: `st` (and the scratch's stream-ordered free) waits for every state pass enqueued.
+  if (recorded > 0) {
+    Status j = cuda::from_cuda(cudaEventRecord(side.ev[nseg], side.s), "wy-tc overlap: join");
+    if (j.ok()) j = cuda::from_cuda(cudaStreamWaitEvent(st, side.ev[nseg], 0), "wy-tc overlap: join");
+    if (res.ok()) res = j;
+  }
+  return res;
 }
+// (The scratch is freed stream-ordered (cudaFreeAsync) after the kernels; no host sync.)
+
 
 }  // namespace
 

@@ -445,7 +445,9 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
   constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;
-  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  // This launch's chunks of sequence n: all of them, or those in a segment [seg_c0, seg_c1) of
+  // the overlapped passes (h0 / hT are then the previous / next segment's carry).
+  const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
