@@ -187,7 +187,8 @@ TEST(WyTcState, V8EqualsV6BitForBit) {
 }
 
 // Overlapped passes (one sequence whose state blocks fill at most half of the SMs, >= 2 segments
-// of >= 16 chunks): the chunk kernels of segment i + 1 run beside the state pass of segment i,
+// of >= 16 chunks; forced here with GDN_WYTC_OVERLAP=1, the default starts at 256 chunks): the
+// chunk kernels of segment i + 1 run beside the state pass of segment i,
 // which continues from segment i - 1's state through an fp32 carry buffer. The results equal the
 // single pass (GDN_WYTC_OVERLAP=0) bit for bit and pass the oracle; the negative control
 // (GDN_WYTC_OVERLAP=negctl drops the carry) must differ, which also shows that the segmented
@@ -214,6 +215,7 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
     const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv force("GDN_WYTC_OVERLAP", "1");  // the default starts at 256 chunks
     const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
     std::printf("wy-tc overlapped %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
                 r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);

@@ -1253,15 +1253,21 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
   // Overlapped passes (see below): one sequence, the v8 state pass, and state blocks that leave
-  // at least half of the SMs to the chunk kernels; segments of >= 16 chunks, at most 8.
+  // at least half of the SMs to the chunk kernels; segments of >= 16 chunks, at most 8. By
+  // default from 256 chunks (T >= 16384) on: r13 (ab693ee, qwen3-next) measured 1.775 against
+  // 2.125 ms at T = 32768, but 0.553 / 0.531 at 8192 and 0.319 / 0.277 at 4096 (the per-segment
+  // launches and the pipeline's fill cost more than the overlap gains on short sequences).
+  // GDN_WYTC_OVERLAP=0 disables it, =1 forces it wherever it can run (tests), =negctl forces it
+  // with the carry dropped (negative control).
   const int state_blocks = static_cast<int>(std::min<std::int64_t>(
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
   const bool want_v8 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + 7) / 8);
   const int nseg = static_cast<int>((NC + seg - 1) / seg);
+  const bool overlap_negctl = env_is("GDN_WYTC_OVERLAP", "negctl");
+  const bool overlap_forced = overlap_negctl || env_is("GDN_WYTC_OVERLAP", "1");
   const bool overlap = want_v8 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
-                       2 * state_blocks <= sm_count();
-  const bool overlap_negctl = overlap && env_is("GDN_WYTC_OVERLAP", "negctl");
+                       (NC >= 256 || overlap_forced) && 2 * state_blocks <= sm_count();
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
   cuda::Scratch scratch(st);
@@ -1416,7 +1422,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     spi.seg_c0 = static_cast<int>(c0), spi.seg_c1 = static_cast<int>(c1);
     spi.h0 = i == 0 ? sp.h0 : carry;
     spi.hT = i == nseg - 1 ? sp.hT : carry;
-    if (i > 0 && overlap_negctl) spi.h0 = nullptr;  // negative control: the carry is dropped
+    if (i > 0 && overlap_negctl) spi.h0 = nullptr;  // (only reached with overlap on)  // negative control: the carry is dropped
     res = run_state(spi, side.s);
     ++recorded;
   }
