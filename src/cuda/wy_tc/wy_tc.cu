@@ -1398,8 +1398,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     if (!ls.ok()) return ls;
     return run_state(sp, st);
   }
-  // Overlapped passes (one sequence whose state blocks fill at most half of the SMs; see
-  // overlap_plan): the chunk kernels of segment i + 1 run on `st` while the state pass of
+  // Overlapped passes (one sequence whose state blocks fill at most half of the SMs; the
+  // conditions are at `overlap` above): the chunk kernels of segment i + 1 run on `st` while the state pass of
   // segment i runs on a high-priority side stream on the SMs it leaves free. Each segment's state
   // pass continues from the previous one's state through `carry` (fp32, the caller's layout): the
   // results equal the single pass bit for bit. Ordering by events only (no spinning), so a
@@ -1422,7 +1422,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     spi.seg_c0 = static_cast<int>(c0), spi.seg_c1 = static_cast<int>(c1);
     spi.h0 = i == 0 ? sp.h0 : carry;
     spi.hT = i == nseg - 1 ? sp.hT : carry;
-    if (i > 0 && overlap_negctl) spi.h0 = nullptr;  // (only reached with overlap on)  // negative control: the carry is dropped
+    if (i > 0 && overlap_negctl) spi.h0 = nullptr;  // negative control: the carry is dropped
     res = run_state(spi, side.s);
     ++recorded;
   }
