@@ -171,92 +171,8 @@ TEST(wy_tc, HtAliasesH0_T200_HK2_HV6_K128_bf16) {
   }
 }
 
-// Chunk kernel v7 (blocked solve, U formed transposed, 4 blocks per SM; the default for bf16 io)
-// against v2 (GDN_WYTC_CHUNK=v2, the generic kernel; v5 and v6, compared here before, were
-// removed after r8 and r12):
-// both pass the oracle with the derived bound on every case the kernel templates distinguish
-// (K, V in {64, 128}, l2norm, varlen with a zero-length sequence, partial chunks, f32 beta and
-// out, vk state layout). Same products, different solve order and (on sm_90a) workspace format,
-// so they agree to within a few output roundings (o) and fp32 accumulation (state), and the final
-// states must differ in some bits (the switch took effect).
-TEST(wy_tc, ChunkV7MatchesV2AndOracle) {
-  struct V6Case {
-    const char* name;
-    check::CaseSpec spec;
-  };
-  std::vector<V6Case> cases;
-  {
-    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
-    s.decay = check::Decay::slow;
-    cases.push_back({"L300x0x1029x17_HK2_HV6_K128_V128", s});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({200, 65}, 1, 2, 64, 64);
-    s.out_dtype = gdn::DType::f32;
-    cases.push_back({"L200x65_HK1_HV2_K64_V64_f32out", s});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({129, 64}, 1, 3, 64, 128);
-    s.state_layout = gdn::StateLayout::vk;
-    s.l2norm_in_kernel = true;
-    cases.push_back({"L129x64_HK1_HV3_K64_V128_vk_l2norm", s});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({70, 333}, 2, 2, 128, 64);
-    s.head_map = gdn::HeadMap::tiled;
-    s.beta_dtype = gdn::DType::bf16;
-    cases.push_back({"L70x333_HK2_HV2_K128_V64_tiled_bf16beta", s});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);
-    s.l2norm_in_kernel = true;
-    cases.push_back({"L4099_HK2_HV6_K128_V128_l2norm", s});
-  }
-  static const char* const kVariants[] = {"v2", "v7"};
-  int seed = 60;
-  for (const V6Case& vc : cases) {
-    SCOPED_TRACE(vc.name);
-    const check::Case c = check::make_case(vc.spec, ++seed);
-    const check::Oracle ref = check::ref_serial(c);
-    check::ArmOutput out[2];
-    int n = 0;
-    testutil::for_each_env("GDN_WYTC_CHUNK", kVariants, [&](const char* var) {
-      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-      std::printf("wy-tc chunk %s %s: o %.3e state %.3e (util %.3f / %.3f)\n", var, vc.name,
-                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
-      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-      EXPECT_TRUE(r.pass) << testutil::describe(r);
-      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-      out[n] = check::run_arm(Arm::wy_tc, c, true);
-      ASSERT_TRUE(out[n].status.ok()) << out[n].status.message();
-      ASSERT_EQ(out[n].ran, Arm::wy_tc) << "fell back to " << gdn::to_string(out[n].ran);
-      ++n;
-    });
-    ASSERT_EQ(n, 2);
-    const check::Metrics dO = check::compare(out[0].o, out[1].o);
-    const check::Metrics dS = check::compare(out[0].hT, out[1].hT);
-    std::printf("wy-tc chunk v7 vs v2 %s: o %.3e state %.3e\n", vc.name, dO.rel_rms, dS.rel_rms);
-    EXPECT_LE(dO.rel_rms, 1e-3);
-    EXPECT_EQ(dO.nan_count, 0);
-    if (!out[0].hT.empty()) {
-      EXPECT_LE(dS.rel_rms, 2e-5);
-      EXPECT_EQ(dS.nan_count, 0);
-      EXPECT_NE(testutil::first_bit_difference(out[0].hT, out[1].hT), -1)
-          << "v2 and v7 gave bitwise equal states: the GDN_WYTC_CHUNK switch did not take effect";
-    }
-  }
-}
-
-}  // namespace
-
-namespace {
-
-// Chunk kernel v7 (the default for bf16 io: 4 blocks per SM, the v tile loaded into A's bytes
-// after the solve, W balanced over the warps) on the cases its templates distinguish (K, V in
-// {64, 128}, l2norm, bf16 beta, f32 out, vk, varlen with partial chunks and a zero-length
-// sequence, many chunks per head): the oracle with the derived bound and the harness's negative
-// control, and two runs equal bit for bit. (Until r12 this also compared v7 with v6 bit for bit,
-// on the whole fixture set too: equal everywhere; v6 was removed after that run.)
+// Cases the v7 chunk kernel's templates distinguish (K, V in {64, 128}, l2norm, bf16 beta, f32
+// out, vk, varlen with partial chunks and a zero-length sequence, many chunks per head).
 std::vector<std::pair<std::string, check::CaseSpec>> chunk_v7_cases() {
   std::vector<std::pair<std::string, check::CaseSpec>> v;
   {
@@ -298,6 +214,59 @@ std::vector<std::pair<std::string, check::CaseSpec>> chunk_v7_cases() {
   return v;
 }
 
+// Chunk kernel v7 (blocked solve, U formed transposed, 4 blocks per SM; the default for bf16 io)
+// against v2 (GDN_WYTC_CHUNK=v2, the generic kernel; v5 and v6, compared here before, were
+// removed after r8 and r12):
+// both pass the oracle with the derived bound on every case the kernel templates distinguish
+// (K, V in {64, 128}, l2norm, varlen with a zero-length sequence, partial chunks, f32 beta and
+// out, vk state layout). Same products, different solve order and (on sm_90a) workspace format,
+// so they agree to within a few output roundings (o) and fp32 accumulation (state), and the final
+// states must differ in some bits (the switch took effect).
+TEST(wy_tc, ChunkV7MatchesV2AndOracle) {
+  // The v7 case list below minus two cases (this comparison ran on these five since v6).
+  std::vector<std::pair<std::string, check::CaseSpec>> cases;
+  for (auto& nc : chunk_v7_cases())
+    if (nc.first != "L37x0x130x64_HK1_HV3_K64_V64_fast" && nc.first != "L4099_HK2_HV6_K128_V128")
+      cases.push_back(nc);
+  static const char* const kVariants[] = {"v2", "v7"};
+  int seed = 60;
+  for (const auto& [name, spec] : cases) {
+    SCOPED_TRACE(name);
+    const check::Case c = check::make_case(spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    check::ArmOutput out[2];
+    int n = 0;
+    testutil::for_each_env("GDN_WYTC_CHUNK", kVariants, [&](const char* var) {
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc chunk %s %s: o %.3e state %.3e (util %.3f / %.3f)\n", var, name.c_str(),
+                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+      out[n] = check::run_arm(Arm::wy_tc, c, true);
+      ASSERT_TRUE(out[n].status.ok()) << out[n].status.message();
+      ASSERT_EQ(out[n].ran, Arm::wy_tc) << "fell back to " << gdn::to_string(out[n].ran);
+      ++n;
+    });
+    ASSERT_EQ(n, 2);
+    const check::Metrics dO = check::compare(out[0].o, out[1].o);
+    const check::Metrics dS = check::compare(out[0].hT, out[1].hT);
+    std::printf("wy-tc chunk v7 vs v2 %s: o %.3e state %.3e\n", name.c_str(), dO.rel_rms, dS.rel_rms);
+    EXPECT_LE(dO.rel_rms, 1e-3);
+    EXPECT_EQ(dO.nan_count, 0);
+    if (!out[0].hT.empty()) {
+      EXPECT_LE(dS.rel_rms, 2e-5);
+      EXPECT_EQ(dS.nan_count, 0);
+      EXPECT_NE(testutil::first_bit_difference(out[0].hT, out[1].hT), -1)
+          << "v2 and v7 gave bitwise equal states: the GDN_WYTC_CHUNK switch did not take effect";
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
 check::ArmOutput run_chunk_variant(const check::Case& c, const char* variant) {
   testutil::ScopedEnv env("GDN_WYTC_CHUNK", variant);
   return check::run_arm(Arm::wy_tc, c, true);
@@ -313,6 +282,11 @@ void expect_bitwise_equal(const check::ArmOutput& a, const check::ArmOutput& b,
   EXPECT_EQ(testutil::first_bit_difference(a.hT, b.hT), -1) << what << ": hT differs";
 }
 
+// Chunk kernel v7 (the default for bf16 io: 4 blocks per SM, the v tile loaded into A's bytes
+// after the solve, W balanced over the warps) on chunk_v7_cases(): the oracle with the derived
+// bound and the harness's negative control, and two runs equal bit for bit. (Until r12 this also
+// compared v7 with v6 bit for bit, on the whole fixture set too: equal everywhere; v6 was
+// removed after that run.)
 TEST(wy_tc, ChunkV7PassesOracleAndRepeats) {
   int seed = 600;
   for (const auto& [name, spec] : chunk_v7_cases()) {

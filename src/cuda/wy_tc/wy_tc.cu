@@ -711,22 +711,10 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
                "r"(n));
 }
 
-template <int K, int V> struct ChunkSmemV5 {
-  static constexpr int LB = K + 8;   // bf16 row stride of the k and q tiles (16-byte rows, the 8
-                                     // rows of one ldmatrix hit distinct bank groups)
-  static constexpr int LBV = V + 8;  // bf16 row stride of the v tile
-  static constexpr int LA = Cfg::kChunk + Cfg::kPad;  // fp32 rows of A and X
-  // v6 used sK, sQ 64 x LB bf16, sV 64 x LBV bf16, sA 64 x 68 fp32 and 7 vectors of 64 fp32
-  // (~70 KiB at K = V = 128); X = (I + A)^-1 (64 x 68 fp32) reuses sQ once Qs is written (it
-  // fits when K >= 128; K = 64 keeps its own region). v7 (ChunkSmemV7) keeps these strides.
-  static constexpr bool kXInQ = 2 * LB >= 4 * LA;
-};
-
 // The v5 chunk kernel (the first bf16-tile version, 5.29 ms for the whole arm at 9b06ffe) was
 // replaced by v6 and removed after the A/B run r8 (3936abf: v6 0.43 ms faster at 32768); it
 // remains in git at 3936abf. v6 was replaced by v7 (below; bit-equal outputs, r12) and removed
-// after r12; it remains in git at 636faf7. ChunkSmemV5 is the shared-memory plan v6 used, whose
-// row strides v7 keeps.
+// after r12; it remains in git at 636faf7.
 
 // ---- the chunk kernels' work layout (v6, docs/NOTES_wy_tc.md "v6 chunk kernel"; kept by v7) ----
 // Same workspace, same products and the same fold precision as v5; what changed is the work
@@ -818,9 +806,12 @@ __device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int 
 //     the same mma's in the same order (k-steps ascending, lo then hi) as v6.
 //   * The first wait (barrier 1) covers q and k only (32 KiB instead of 48 at K = V = 128).
 template <int K, int V> struct ChunkSmemV7 {
-  static constexpr int LB = ChunkSmemV5<K, V>::LB, LBV = ChunkSmemV5<K, V>::LBV;
-  static constexpr int LA = ChunkSmemV5<K, V>::LA;
-  static constexpr bool kXInQ = ChunkSmemV5<K, V>::kXInQ;
+  static constexpr int LB = K + 8;   // bf16 row stride of the k and q tiles (16-byte rows, the 8
+                                     // rows of one ldmatrix hit distinct bank groups)
+  static constexpr int LBV = V + 8;  // bf16 row stride of the v tile
+  static constexpr int LA = Cfg::kChunk + Cfg::kPad;  // fp32 rows of A and X
+  // X = (I + A)^-1 (64 x LA fp32) reuses sQ once Qs is written where it fits (K >= 128).
+  static constexpr bool kXInQ = 2 * LB >= 4 * LA;
   static_assert(2 * LBV <= 4 * LA, "a v row fits in the bytes of an A row");
   // sK, sQ 64 x LB bf16; sA 64 x LA fp32, later the v tile; X in sQ (K = 128) or its own
   // 64 x LA fp32 region (K = 64); 7 vectors of 64 fp32.
