@@ -2,8 +2,9 @@
 // with the arm's derived bound (utilisation printed, negative control must fail), bitwise
 // reproducibility, hT aliasing h0, varlen with zero-length sequences. Outputs are NaN-poisoned
 // before every run (check::run_arm; by hand below), so an unwritten element fails.
-// Every test runs once per kernel variant (GDN_WYFP32_VARIANT = v3, v4, v5; set inside the test
-// and restored after), and v4, v5 are checked against v3 value for value (same operation order).
+// Every test runs once per kernel variant (GDN_WYFP32_VARIANT = v3, v4, v5, v6; set inside the
+// test and restored after), and v4, v5 are checked against v3 value for value (same operation
+// order; v6 sums W S and Q S in another fixed order, so it is held to the bound, not to v3).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +29,7 @@ using testutil::spec_of;
 constexpr std::uint64_t kSeed = 4404;
 
 // Runs f once per wy-fp32 kernel variant (GDN_WYFP32_VARIANT set for the call, restored after).
-constexpr const char* kVariants[] = {"v3", "v4", "v5"};
+constexpr const char* kVariants[] = {"v3", "v4", "v5", "v6"};
 template <typename F>
 void each_variant(F&& f) {
   testutil::for_each_env("GDN_WYFP32_VARIANT", kVariants, std::forward<F>(f));
@@ -224,6 +225,119 @@ void ht_aliases_h0_one() {
 TEST(WyFp32, HtAliasesH0_L37x0x130_HK2_HV4_K128_bf16_h0_grouped) {
   each_variant([&](const char*) { ht_aliases_h0_one(); });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Grouped chunk kernel (GDN_WYFP32_CHUNK=g, src/cuda/wy/wy_fp32_chunk_grouped.cuh): one block per
+// (chunk, key head) writes the workspace of all the key head's value heads, bit for bit what
+// wy_chunk_kernel (GDN_WYFP32_CHUNK=v1) writes, so o and hT must be bitwise equal.
+
+// Runs the arm with the v4 state kernel (the chunk kernel's X = true workspace) and the given
+// chunk kernel.
+check::ArmOutput run_chunk(const char* chunk, const check::Case& c) {
+  testutil::ScopedEnv variant("GDN_WYFP32_VARIANT", "v4");
+  testutil::ScopedEnv env("GDN_WYFP32_CHUNK", chunk);
+  return check::run_arm(Arm::wy_fp32, c, true);
+}
+
+void expect_grouped_chunk_bitwise_v1(const check::CaseSpec& s) {
+  const check::Case c = check::make_case(s, kSeed);
+  const check::ArmOutput a = run_chunk("v1", c);
+  const check::ArmOutput b = run_chunk("g", c);
+  ASSERT_TRUE(a.status.ok()) << a.status.message();
+  ASSERT_TRUE(b.status.ok()) << b.status.message();
+  ASSERT_FALSE(a.o.empty());
+  const std::int64_t io = first_bit_difference(a.o, b.o);
+  const std::int64_t ih = first_bit_difference(a.hT, b.hT);
+  EXPECT_EQ(io, -1) << "grouped chunk kernel: o differs from v1 at that index: "
+                    << (io >= 0 ? a.o[io] : 0.0) << " vs " << (io >= 0 ? b.o[io] : 0.0);
+  EXPECT_EQ(ih, -1) << "grouped chunk kernel: hT differs from v1 at that index: "
+                    << (ih >= 0 ? a.hT[ih] : 0.0) << " vs " << (ih >= 0 ? b.hT[ih] : 0.0);
+  // Negative controls: a one-ulp change of one o or hT value is seen.
+  std::vector<double> o2 = b.o;
+  o2[o2.size() / 3] = std::nextafter(o2[o2.size() / 3], INFINITY);
+  EXPECT_EQ(first_bit_difference(a.o, o2), static_cast<std::int64_t>(o2.size() / 3));
+  if (!b.hT.empty()) {
+    std::vector<double> h2 = b.hT;
+    h2[h2.size() - 1] = std::nextafter(h2[h2.size() - 1], -INFINITY);
+    EXPECT_EQ(first_bit_difference(a.hT, h2), static_cast<std::int64_t>(h2.size() - 1));
+  }
+}
+
+// HV/HK = 3 (qwen3.5-27b's ratio), both head maps; varlen with a zero-length sequence and a
+// partial last chunk (17 tokens); two value heads of the part in flight through both staging
+// buffers.
+TEST(WyFp32GroupedChunk, BitwiseV1_L300x0x1029x17_HK2_HV6_K128_bf16_h0_grouped) {
+  expect_grouped_chunk_bitwise_v1(spec_of({300, 0, 1029, 17}, 2, 6, 128, 128));
+}
+
+TEST(WyFp32GroupedChunk, BitwiseV1_L300x0x1029x17_HK2_HV6_K128_bf16_h0_tiled) {
+  check::CaseSpec s = spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
+  s.head_map = HeadMap::tiled;
+  expect_grouped_chunk_bitwise_v1(s);
+}
+
+// HV/HK = 2 (qwen3-next's ratio), K = 128 / V = 64, in-kernel l2norm, bf16 beta, fast decay.
+TEST(WyFp32GroupedChunk, BitwiseV1_L129x64x5_HK2_HV4_K128_V64_l2norm_bf16beta) {
+  check::CaseSpec s = spec_of({129, 64, 5}, 2, 4, 128, 64);
+  s.l2norm_in_kernel = true;
+  s.beta_dtype = DType::bf16;
+  s.decay = check::Decay::fast;
+  expect_grouped_chunk_bitwise_v1(s);
+}
+
+// HV/HK = 1 (a group of one), K = 64 / V = 128, f32 output, in-kernel l2norm, [V, K] state.
+TEST(WyFp32GroupedChunk, BitwiseV1_L70x33x200_HK2_HV2_K64_V128_f32out_l2norm_vk) {
+  check::CaseSpec s = spec_of({70, 33, 200}, 2, 2, 64, 128);
+  s.out_dtype = DType::f32;
+  s.l2norm_in_kernel = true;
+  s.state_layout = StateLayout::vk;
+  expect_grouped_chunk_bitwise_v1(s);
+}
+
+// fp32 inputs at K = V = 128: the one geometry with a single staging buffer (two do not fit in
+// 113 KiB), tiled, HV/HK = 3.
+TEST(WyFp32GroupedChunk, BitwiseV1_L200x0x65_HK1_HV3_K128_f32io_tiled) {
+  check::CaseSpec s = spec_of({200, 0, 65}, 1, 3, 128, 128);
+  s.io_dtype = DType::f32;
+  s.out_dtype = DType::f32;
+  s.head_map = HeadMap::tiled;
+  expect_grouped_chunk_bitwise_v1(s);
+}
+
+// f16 inputs, extreme decay (exp underflows), K = V = 64.
+TEST(WyFp32GroupedChunk, BitwiseV1_L64x100_HK2_HV4_K64_f16_extreme) {
+  check::CaseSpec s = spec_of({64, 100}, 2, 4, 64, 64);
+  s.io_dtype = DType::f16;
+  s.out_dtype = DType::f16;
+  s.decay = check::Decay::extreme;
+  expect_grouped_chunk_bitwise_v1(s);
+}
+
+// HV/HK = 10 > GMAX = 4: a key head's value heads split over three blocks (3 + 3 + 4), both maps.
+TEST(WyFp32GroupedChunk, BitwiseV1_L90x7_HK1_HV10_K64_bf16_grouped_and_tiled) {
+  for (HeadMap m : {HeadMap::grouped, HeadMap::tiled}) {
+    SCOPED_TRACE(m == HeadMap::grouped ? "grouped" : "tiled");
+    check::CaseSpec s = spec_of({90, 7}, 1, 10, 64, 64);
+    s.head_map = m;
+    expect_grouped_chunk_bitwise_v1(s);
+  }
+}
+
+// The parity fixture set once more through the grouped chunk kernel (v4 state kernel), against
+// the fp64 oracle with the arm's bound and its negative control.
+class WyFp32ParityGroupedChunk : public ::testing::TestWithParam<check::CaseSpec> {};
+
+TEST_P(WyFp32ParityGroupedChunk, MatchesOracle) {
+  testutil::ScopedEnv variant("GDN_WYFP32_VARIANT", "v4");
+  testutil::ScopedEnv env("GDN_WYFP32_CHUNK", "g");
+  expect_parity_one(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, WyFp32ParityGroupedChunk,
+                         ::testing::ValuesIn(check::fixture_set()),
+                         [](const ::testing::TestParamInfo<check::CaseSpec>& info) {
+                           return info.param.name();
+                         });
 
 }  // namespace
 }  // namespace gdn

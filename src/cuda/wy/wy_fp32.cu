@@ -294,6 +294,10 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
   }
 }
 
+// Grouped chunk kernel (GDN_WYFP32_CHUNK=g): one block per (chunk, key head), the same
+// workspace bit for bit (defined inside this namespace; uses ChunkTab, Ws, load_rows above).
+#include "cuda/wy/wy_fp32_chunk_grouped.cuh"  // NOLINT(build/include)
+
 template <typename E, typename OT, int K, int V>
 __global__ void __launch_bounds__(StateCfg<K, V>::NT, 3)
     wy_state_kernel(const ChunkTab tab,
@@ -857,15 +861,19 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
   }
 }
 
-// GDN_WYFP32_VARIANT = v3 | v4 | v5 (unset or unknown: v3, the measured default). Read per call, so
-// tests can switch variants by setting the variable between calls.
+// State pass v6 (defined inside this namespace; uses the helpers above).
+#include "cuda/wy/wy_fp32_state6.cuh"  // NOLINT(build/include)
+
+// GDN_WYFP32_VARIANT = v3 | v4 | v5 | v6 selects the state pass (unset or unknown: v4). Read per
+// call, so tests can switch variants by setting the variable between calls.
 // Default v4: measured faster than v3 with outputs equal value for value (H200, 288b22a, T = 32768:
-// v3 13.86 ms, v4 12.92, v5 13.06; bench/results/2026-12-03-h200-r4-288b22a.*). GDN_WYFP32_VARIANT
-// = v3 | v5 selects the others.
+// v3 13.86 ms, v4 12.92, v5 13.06; bench/results/2026-12-03-h200-r4-288b22a.*). v6: wider
+// register tiles (wy_fp32_state6.cuh), another fixed summation order in W S and Q S.
 int wy_fp32_variant() {
   const char* e = std::getenv("GDN_WYFP32_VARIANT");
   if (e && std::string(e) == "v3") return 3;
   if (e && std::string(e) == "v5") return 5;
+  if (e && std::string(e) == "v6") return 6;
   return 4;
 }
 
@@ -875,7 +883,7 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   using SC = StateCfg<K, V>;
   using SC4 = State4Cfg<K, V>;
   const int variant = wy_fp32_variant();
-  const bool v4 = variant >= 4;  // v4 and v5 share the chunk kernel and the workspace layout
+  const bool v4 = variant >= 4;  // v4, v5 and v6 share the chunk kernel and the workspace layout
   cudaStream_t stream = stream_of(a);
   // Chunk table built on the device from cu_seqlens (by value or the caller's device copy):
   // no pageable upload, so the call is legal under stream capture. Sequences never share a
@@ -900,7 +908,24 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   const E* q = static_cast<const E*>(a.q.data);
   const E* k = static_cast<const E*>(a.k.data);
   const int grouped = p.head_map == HeadMap::grouped, l2 = p.qk_l2norm;
-  if (NC > 0) {
+  // Grouped chunk kernel (v4/v5/v6 workspace only): cp.async of v rows needs 16-B aligned rows,
+  // else v1 runs (same workspace either way).
+  const bool v_vec = reinterpret_cast<std::uintptr_t>(a.v.data) % 16 == 0 &&
+                     (a.v.stride[0] * static_cast<std::int64_t>(sizeof(E))) % 16 == 0 &&
+                     (a.v.stride[1] * static_cast<std::int64_t>(sizeof(E))) % 16 == 0;
+  if (NC > 0 && v4 && v_vec && wy_fp32_chunk_variant() == 1) {
+    using GC = GroupCfg<E, B, K, V>;
+    auto kern = wy_chunk_grouped_kernel<E, B, K, V>;
+    const int nsub = (p.HV / p.HK + GC::GMAX - 1) / GC::GMAX;  // parts per key head
+    GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(GC::smem_bytes)));
+    kern<<<dim3(static_cast<unsigned>(NC), p.HK * nsub), GC::NT, GC::smem_bytes, stream>>>(
+        tab, q, a.q.stride[0], a.q.stride[1], k, a.k.stride[0], a.k.stride[1],
+        static_cast<const E*>(a.v.data), a.v.stride[0], a.v.stride[1],
+        static_cast<const float*>(a.g.data), a.g.stride[0], static_cast<const B*>(a.beta.data),
+        a.beta.stride[0], p.HV, p.HK, grouped, l2, ws);
+    GDN_CUDA_LAUNCH_CHECK("wy_chunk_grouped_kernel");
+  } else if (NC > 0) {
     auto kern = v4 ? wy_chunk_kernel<E, B, K, V, true> : wy_chunk_kernel<E, B, K, V, false>;
     GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(CC::smem_bytes)));
@@ -910,6 +935,23 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
         static_cast<const float*>(a.g.data), a.g.stride[0], static_cast<const B*>(a.beta.data),
         a.beta.stride[0], p.HV, p.HK, grouped, l2, ws);
     GDN_CUDA_LAUNCH_CHECK("wy_chunk_kernel");
+  }
+  if (variant == 6) {
+    using SC6 = State6Cfg<K, V>;
+    auto kern6 = wy_state_kernel_v6<OT, K, V>;
+    GDN_CUDA_TRY(cudaFuncSetAttribute(kern6, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(SC6::smem_bytes)));
+    // 16-B output stores where the base and both strides keep every row segment aligned.
+    const int o_vec = reinterpret_cast<std::uintptr_t>(a.o.data) % 16 == 0 &&
+                      (a.o.stride[0] * static_cast<std::int64_t>(sizeof(OT))) % 16 == 0 &&
+                      (a.o.stride[1] * static_cast<std::int64_t>(sizeof(OT))) % 16 == 0;
+    kern6<<<dim3(V / SC6::VS, p.HV, s.N), SC6::NT, SC6::smem_bytes, stream>>>(
+        tab, ws, static_cast<OT*>(a.o.data), a.o.stride[0], a.o.stride[1],
+        a.h0.defined() ? static_cast<const float*>(a.h0.data) : nullptr,
+        a.hT.defined() ? static_cast<float*>(a.hT.data) : nullptr, p.HV,
+        p.state_layout == StateLayout::vk, p.scale, o_vec);
+    GDN_CUDA_LAUNCH_CHECK("wy_state_kernel_v6");
+    return Status::Ok();
   }
   if (v4) {
     auto kern4 = variant == 5 ? wy_state_kernel_v4<OT, K, V, true>
