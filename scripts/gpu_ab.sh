@@ -34,7 +34,8 @@ for e in "${EL[@]}"; do
     # shellcheck disable=SC2086
     if [[ $e == - ]]; then out=$(timeout 120 "$G/gdn" bench $c --json "$OUT/results.jsonl" 2>&1)
     else out=$(env $e timeout 120 "$G/gdn" bench $c --json "$OUT/results.jsonl" 2>&1); fi
-    echo "[$e] $c :: $(echo "$out" | tail -2 | tr "\n" " ")" >> "$OUT/ab.txt"
+    ms=$(tail -1 "$OUT/results.jsonl" 2>/dev/null | grep -o '"ms":[0-9.]*' | cut -d: -f2)
+    echo "[$e] $c :: ${ms:-?} ms :: $(echo "$out" | tail -2 | tr "\n" " ")" >> "$OUT/ab.txt"
   done
 done
 if [[ -n ${GDN_PROFILE_CASES:-} ]]; then

@@ -864,17 +864,19 @@ __global__ void __launch_bounds__(State4Cfg<K, V>::NT, 3)
 // State pass v6 (defined inside this namespace; uses the helpers above).
 #include "cuda/wy/wy_fp32_state6.cuh"  // NOLINT(build/include)
 
-// GDN_WYFP32_VARIANT = v3 | v4 | v5 | v6 selects the state pass (unset or unknown: v4). Read per
+// GDN_WYFP32_VARIANT = v3 | v4 | v5 | v6 selects the state pass (unset or unknown: v6). Read per
 // call, so tests can switch variants by setting the variable between calls.
-// Default v4: measured faster than v3 with outputs equal value for value (H200, 288b22a, T = 32768:
-// v3 13.86 ms, v4 12.92, v5 13.06; bench/results/2026-12-03-h200-r4-288b22a.*). v6: wider
-// register tiles (wy_fp32_state6.cuh), another fixed summation order in W S and Q S.
+// v4 was measured faster than v3 with outputs equal value for value (H200, 288b22a, T = 32768:
+// v3 13.86 ms, v4 12.92, v5 13.06; bench/results/2026-12-03-h200-r4-288b22a.*). v6 (wider
+// register tiles, wy_fp32_state6.cuh; another fixed summation order in W S and Q S) is the
+// default since r16 (cf0bb37, T = 32768: v4 12.89 ms, v6 11.12, with the grouped chunk kernel
+// 11.26 and 9.51; bench/results/2026-12-03-h200-r16-cf0bb37.*).
 int wy_fp32_variant() {
   const char* e = std::getenv("GDN_WYFP32_VARIANT");
   if (e && std::string(e) == "v3") return 3;
   if (e && std::string(e) == "v5") return 5;
-  if (e && std::string(e) == "v6") return 6;
-  return 4;
+  if (e && std::string(e) == "v4") return 4;
+  return 6;
 }
 
 template <typename E, typename OT, typename B, int K, int V>

@@ -57,19 +57,46 @@ struct State6Cfg {
                 "16-B aligned smem rows");
 };
 
+// ROWS rows of Q4 float4 each from src (row stride LDSRC floats) into dst (row stride LDD): the
+// thread copies column 4 (t % Q4) of rows t / Q4 + RPI r. Fully unrolled from one base per side,
+// so each copy is one LDGSTS with immediate offsets (v4's `unroll 1` loops with a runtime
+// division cost ~33 instructions per 16-B copy: 27% of v6's first cut, r16 profile).
+template <int ROWS, int Q4, int LDD, int LDSRC, int NT>
+__device__ __forceinline__ void issue_tile6(float* dst, const float* src) {
+  constexpr int RPI = NT / Q4;
+  static_assert(NT % Q4 == 0 && ROWS % RPI == 0, "whole rounds");
+  const unsigned t = threadIdx.x, ti = t / Q4, td = 4 * (t % Q4);
+  float* d = dst + ti * LDD + td;
+  const float* s = src + ti * LDSRC + td;
+#pragma unroll
+  for (int r = 0; r < ROWS / RPI; ++r) cp16(d + r * RPI * LDD, s + r * RPI * LDSRC);
+}
+
 // Columns [q KQ, (q + 1) KQ) of W and of Q (both [C][K] in the workspace) into dst: W rows at
 // dst[i * LDQ], Q rows at dst[C * LDQ + i * LDQ].
 template <class Cfg>
 __device__ __forceinline__ void issue_wq_quarter(float* dst, const float* w, int q) {
-  constexpr int Q4 = Cfg::KQ / 4;
   using WS = Ws<Cfg::K, Cfg::V, true>;
-#pragma unroll 1
-  for (int it = 0; it < 2 * Cfg::C * Q4 / Cfg::NT; ++it) {
-    const int e = threadIdx.x + it * Cfg::NT;
-    const int m = e / (Cfg::C * Q4), r = e % (Cfg::C * Q4), i = r / Q4, d = 4 * (r % Q4);
-    cp16(&dst[m * Cfg::C * Cfg::LDQ + i * Cfg::LDQ + d],
-         &w[(m ? WS::Q : WS::W) + i * Cfg::K + q * Cfg::KQ + d]);
-  }
+  constexpr int C = Cfg::C, K = Cfg::K, KQ = Cfg::KQ, LDQ = Cfg::LDQ, NT = Cfg::NT;
+  issue_tile6<C, KQ / 4, LDQ, K, NT>(dst, w + WS::W + q * KQ);
+  issue_tile6<C, KQ / 4, LDQ, K, NT>(dst + C * LDQ, w + WS::Q + q * KQ);
+}
+// Rows [32 h, 32 h + 32) of Kd into dst[32][LDK].
+template <class Cfg>
+__device__ __forceinline__ void issue_kd_half(float* dst, const float* w, int h) {
+  using WS = Ws<Cfg::K, Cfg::V, true>;
+  constexpr int C = Cfg::C, K = Cfg::K;
+  issue_tile6<C / 2, K / 4, Cfg::LDK, K, Cfg::NT>(dst, w + WS::Kd + (C / 2) * K * h);
+}
+template <class Cfg>
+__device__ __forceinline__ void issue_p6(float* Pm, const float* w) {
+  using WS = Ws<Cfg::K, Cfg::V, true>;
+  issue_tile6<Cfg::C, Cfg::C / 4, Cfg::LDP, Cfg::C, Cfg::NT>(Pm, w + WS::P);
+}
+template <class Cfg>
+__device__ __forceinline__ void issue_u6(float* Us, const float* w, int v0) {
+  using WS = Ws<Cfg::K, Cfg::V, true>;
+  issue_tile6<Cfg::C, Cfg::VS / 4, Cfg::LDS, Cfg::V, Cfg::NT>(Us, w + WS::U + v0);
 }
 
 // acc[0..1] += W rows (lane, lane + 32), acc[2..3] += Q rows, over this warp pair's d half of
@@ -172,8 +199,8 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
   if (c_begin < c_end) {
     const float* w = wsp(c_begin);
     issue_wq_quarter<Cfg>(B0, w, 0);
-    issue_u<Cfg>(Us, w + WS::U, v0);
-    issue_p<Cfg>(Pm, w + WS::P);
+    issue_u6<Cfg>(Us, w, v0);
+    issue_p6<Cfg>(Pm, w);
   }
   cp_commit();
 
@@ -205,7 +232,7 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
       if (qq < 3)
         issue_wq_quarter<Cfg>(nxt, w, qq + 1);
       else
-        issue_rowhalf<Cfg>(nxt, w + WS::Kd, 0);
+        issue_kd_half<Cfg>(nxt, w, 0);
       cp_commit();
       wq_times_s<Cfg>(acc, cur, Ss, lane, col, qq, dh);
     }
@@ -288,8 +315,8 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
     // s4: Kd rows 0..31 (B0); S' = exp(G_C) S + Kd^T Vn over rows i < 32.
     cp_wait_all();
     __syncthreads();  // also: every warp is done with P and with U (next ones may land)
-    issue_rowhalf<Cfg>(B1, w + WS::Kd, 1);
-    if (more) issue_p<Cfg>(Pm, wsp(ci + 1) + WS::P);
+    issue_kd_half<Cfg>(B1, w, 1);
+    if (more) issue_p6<Cfg>(Pm, wsp(ci + 1));
     cp_commit();
     {
       const float eC = expf(GC);
@@ -316,7 +343,7 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
     if (more) {
       const float* wn = wsp(ci + 1);
       issue_wq_quarter<Cfg>(B0, wn, 0);
-      issue_u<Cfg>(Us, wn + WS::U, v0);
+      issue_u6<Cfg>(Us, wn, v0);
     }
     cp_commit();
     for (int i = 32; i < len; ++i) {
