@@ -272,8 +272,13 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
     }
     __syncthreads();  // Vn complete for every warp
 
-    if (dh == 1) {  // o = scale (exp(G_i) Q S + sum_{j <= i} P_ij Vn_j), rows lane, lane + 32
-      float pv[2][8] = {};
+    // P Vn split over the warp pair (r16/r17: with all of it on the dh = 1 warps, the dh = 0 warps
+    // waited at the next barrier for 13% of the samples): dh = 0 sums j < 32 for rows lane and
+    // lane + 32 and hands the sums over through U (free since the exchange); dh = 1 sums
+    // j >= 32 for row lane + 32 (P is zero above the diagonal) and, after the s4 barrier, forms
+    // o = scale (exp(G_i) Q S + P Vn) with P Vn = (j < 32 part) + (j >= 32 part).
+    float pv[2][8] = {};
+    if (dh == 0) {
       for (int j = 0; j < 32; j += 4) {
         const float4 p0 = *reinterpret_cast<const float4*>(&Pm[lane * LDP + j]);
         const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(lane + 32) * LDP + j]);
@@ -288,6 +293,9 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
             for (int c = 0; c < 8; ++c) pv[r][c] = fmaf(pa[r][m], x[c], pv[r][c]);
         }
       }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) st8(&Us[(lane + 32 * r) * LDS + col], pv[r]);
+    } else {
       for (int j = 32; j < C; j += 4) {
         const float4 p1 = *reinterpret_cast<const float4*>(&Pm[(lane + 32) * LDP + j]);
         const float pa[4] = {p1.x, p1.y, p1.z, p1.w};
@@ -299,25 +307,30 @@ __global__ void __launch_bounds__(State6Cfg<K, V>::NT, 3)
           for (int c = 0; c < 8; ++c) pv[1][c] = fmaf(pa[m], x[c], pv[1][c]);
         }
       }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = lane + 32 * r;
-        if (i < len) {
-          const float eg = expf(r ? g1 : g0);
-          float y[8];
-#pragma unroll
-          for (int c = 0; c < 8; ++c) y[c] = scale * fmaf(eg, qs[r][c], pv[r][c]);
-          store_o8<OT>(o + (t0 + i) * os0 + h * os1 + v0 + col, y, o_vec != 0);
-        }
-      }
     }
 
     // s4: Kd rows 0..31 (B0); S' = exp(G_C) S + Kd^T Vn over rows i < 32.
     cp_wait_all();
-    __syncthreads();  // also: every warp is done with P and with U (next ones may land)
+    __syncthreads();  // also: every warp is done with P (the next one may land); P Vn sums in U
     issue_kd_half<Cfg>(B1, w, 1);
     if (more) issue_p6<Cfg>(Pm, wsp(ci + 1));
     cp_commit();
+    if (dh == 1) {  // U is overwritten only after the s5 barrier
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = lane + 32 * r;
+        float p[8];
+        ld8(p, &Us[i * LDS + col]);
+        if (i < len) {
+          const float eg = expf(r ? g1 : g0);
+          float y[8];
+#pragma unroll
+          for (int c = 0; c < 8; ++c)
+            y[c] = scale * fmaf(eg, qs[r][c], r ? p[c] + pv[1][c] : p[c]);
+          store_o8<OT>(o + (t0 + i) * os0 + h * os1 + v0 + col, y, o_vec != 0);
+        }
+      }
+    }
     {
       const float eC = expf(GC);
 #pragma unroll
