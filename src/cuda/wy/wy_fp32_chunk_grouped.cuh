@@ -51,13 +51,15 @@ struct GroupCfg {
 };
 
 // cp.async of 16 bytes (sm_80+); older targets copy synchronously (the barrier after the wait
-// makes it equally visible).
-__device__ __forceinline__ void gcp16(void* smem, const void* gmem) {
+// makes it equally visible). n = 16 or 0: n = 0 reads nothing and writes 16 zero bytes.
+__device__ __forceinline__ void gcp16(void* smem, const void* gmem, int n = 16) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
+               : "memory");
 #else
-  *reinterpret_cast<float4*>(smem) = *reinterpret_cast<const float4*>(gmem);
+  *reinterpret_cast<float4*>(smem) =
+      n ? *reinterpret_cast<const float4*>(gmem) : make_float4(0.f, 0.f, 0.f, 0.f);
 #endif
 }
 __device__ __forceinline__ void gcp_commit() {
@@ -72,24 +74,59 @@ __device__ __forceinline__ void gcp_wait_all() {
 }
 
 // Forward substitution of one column, v1's loop: X_i = R_i - sum_{j<i} A_ij X_j with four
-// partial sums in a fixed order, R_i = rhs(i); X_i stored at dst[i * LD]. The W and U columns
-// run separate copies (their right-hand sides come from different buffers and types).
-template <int LDA, int LD, typename Rhs>
-__device__ __forceinline__ void grouped_solve(const Rhs& rhs, const float* As, float* dst) {
+// partial sums in a fixed order; X_i stored at dst[i * LDW] (W column) or dst[i * LDU] (U).
+// One copy serves the W and the U columns (fully unrolled: two copies, as before, doubled the
+// kernel's instruction footprint; "no instruction" was its largest stall).
+// The right-hand side R_i = a_i * f[i] is v1's single fp32 multiply: a_i is the 32-bit word at
+// src + i * sstride (bytes), as fp32 (E = float, or a W column), or for a U column of a 16-bit E
+// the element of it that sel picks (__byte_perm; bf16: its bits << 16, which is what the
+// conversion is; fp16: converted by __half2float).
+//   W column: a_i = K_i (Ks), f = RF (row factor)            v1: Ks[i] * As[i][i]
+//   U column: a_i = v_i (staging buffer), f = beta (Bs)      v1: Bs[i] * v_i, 0 for i >= len
+// For i >= len the staging rows hold +0 (zero-filled) and beta is +0, so a_i * f[i] = +0: v1's 0.
+template <typename T> constexpr bool g_is_bf16 = false;
+template <> constexpr bool g_is_bf16<__nv_bfloat16> = true;
+
+template <typename E, int LDA, int LDW, int LDU>
+__device__ __forceinline__ void grouped_solve(const char* src, int sstride, unsigned sel,
+                                              bool is_w, const float* f, const float* As,
+                                              float* dst) {
   float x[kC];
 #pragma unroll
   for (int i = 0; i < kC; ++i) {
-    float acc[4] = {rhs(i), 0.f, 0.f, 0.f};
+    const unsigned w = *reinterpret_cast<const unsigned*>(src + i * sstride);
+    float a;
+    if constexpr (sizeof(E) == 4) {
+      a = __uint_as_float(w);
+    } else if constexpr (g_is_bf16<E>) {
+      a = __uint_as_float(__byte_perm(w, 0u, sel));
+    } else {
+      const unsigned b = __byte_perm(w, 0u, sel);
+      a = is_w ? __uint_as_float(b)
+               : to_f32(__ushort_as_half(static_cast<unsigned short>(b & 0xffffu)));
+    }
+    float acc[4] = {a * f[i], 0.f, 0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < i; j += 4) {
-      const float4 a = *reinterpret_cast<const float4*>(&As[i * LDA + j]);
-      acc[0] = fmaf(-a.x, x[j], acc[0]);
-      if (j + 1 < i) acc[1] = fmaf(-a.y, x[j + 1], acc[1]);
-      if (j + 2 < i) acc[2] = fmaf(-a.z, x[j + 2], acc[2]);
-      if (j + 3 < i) acc[3] = fmaf(-a.w, x[j + 3], acc[3]);
+      const float4 av = *reinterpret_cast<const float4*>(&As[i * LDA + j]);
+      acc[0] = fmaf(-av.x, x[j], acc[0]);
+      if (j + 1 < i) acc[1] = fmaf(-av.y, x[j + 1], acc[1]);
+      if (j + 2 < i) acc[2] = fmaf(-av.z, x[j + 2], acc[2]);
+      if (j + 3 < i) acc[3] = fmaf(-av.w, x[j + 3], acc[3]);
     }
     x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    dst[i * LD] = x[i];
+    if constexpr (LDW == LDU) dst[i * LDW] = x[i];
+  }
+  // Different strides (K != V): stored after the solve, one loop per column kind (a runtime
+  // stride inside the solve costs registers: spills at the 128 cap).
+  if constexpr (LDW != LDU) {
+    if (is_w) {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) dst[i * LDW] = x[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) dst[i * LDU] = x[i];
+    }
   }
 }
 
@@ -142,18 +179,22 @@ __global__ void __launch_bounds__(GroupCfg<E, B, K, V>::NT, 2)
   // Value head of this block's jj-th head: the inverse of kh = grouped ? h / (HV / HK) : h % HK.
   auto head = [&](int jj) { return grouped ? kh * ng + j0 + jj : kh + (j0 + jj) * HK; };
   const struct { int t0, len; } cd = {tab.tok0[ci], tab.len[ci]};
-  // V rows [0, len) of one head (vrow: its row 0) into a staging buffer, one commit group (rows
-  // >= len are never read).
+  // V rows of one head (vrow: its row 0) into a staging buffer, one commit group: rows [0, len)
+  // copied, rows [len, C) zero-filled (their right-hand side is then +0 without a mask; the
+  // source address of a zero-fill is row 0's, never read). Fully unrolled: constant smem offsets.
   auto issue_v = [&](const E* vrow, E* st) {
     constexpr int RPI = NT / Cfg::CPR;  // rows per round: piece tid % CPR of rows i0 + RPI r
-    const int t = fresh_tid(), c = t % Cfg::CPR, i0 = t / Cfg::CPR;
-    const char* src = reinterpret_cast<const char*>(vrow + i0 * vs0) + 16 * c;
-    char* dst = reinterpret_cast<char*>(st) + (std::size_t(i0) * V * sizeof(E) + 16 * c);
-#pragma unroll 1
-    for (int i = i0; i < cd.len; i += RPI) {
-      gcp16(dst, src);
-      src += RPI * vs0 * static_cast<std::int64_t>(sizeof(E));
-      dst += RPI * V * sizeof(E);
+    static_assert(C % RPI == 0, "whole rounds");
+    const int t = fresh_tid(), c = t % Cfg::CPR, i0 = t / Cfg::CPR, len = cd.len;
+    const char* src0 = reinterpret_cast<const char*>(vrow) + 16 * c;
+    const char* src = src0 + i0 * vs0 * static_cast<std::int64_t>(sizeof(E));
+    const std::int64_t step = RPI * vs0 * static_cast<std::int64_t>(sizeof(E));
+    char* dst = reinterpret_cast<char*>(st) + (i0 * V * static_cast<int>(sizeof(E)) + 16 * c);
+#pragma unroll
+    for (int r = 0; r < C / RPI; ++r) {
+      const bool in = i0 + RPI * r < len;
+      gcp16(dst + r * RPI * V * static_cast<int>(sizeof(E)), in ? src : src0, in ? 16 : 0);
+      src += step;
     }
     gcp_commit();
   };
@@ -231,13 +272,21 @@ __global__ void __launch_bounds__(GroupCfg<E, B, K, V>::NT, 2)
   }
   // Normalized Q of every head (the same floats, stored once per value head as the layout has).
   constexpr int RPR = NT / (K / 4);  // rows per round of the float4 row copies (Q, Kd)
-  const int i0 = tid / (K / 4), d = 4 * (tid % (K / 4));
+  // Thread: float4 column d of rows i0 + RPR r, read once; per head one base pointer and
+  // constant offsets (a head loop inside the row loop was unrolled 16-fold per row: ~1.7K
+  // instructions of 64-bit address arithmetic).
+  {
+    const int i0 = tid / (K / 4), d = 4 * (tid % (K / 4));
+    float4 qv[C / RPR];
 #pragma unroll
-  for (int r = 0; r < C / RPR; ++r) {
-    const int i = i0 + RPR * r;
-    const float4 qv = *reinterpret_cast<const float4*>(&Qs[i * LDK + d]);
-    for (int jj = 0; jj < nh; ++jj)
-      *reinterpret_cast<float4*>(&ws[s_out[jj] + WS::Q + i * K + d]) = qv;
+    for (int r = 0; r < C / RPR; ++r)
+      qv[r] = *reinterpret_cast<const float4*>(&Qs[(i0 + RPR * r) * LDK + d]);
+#pragma unroll 1
+    for (int jj = 0; jj < nh; ++jj) {
+      float* qo = ws + s_out[jj] + (WS::Q + i0 * K + d);
+#pragma unroll
+      for (int r = 0; r < C / RPR; ++r) *reinterpret_cast<float4*>(&qo[RPR * r * K]) = qv[r];
+    }
   }
   // One staging buffer (QV) only: head 0's V rows once every thread has read Qs.
   if constexpr (!Cfg::two_stages) __syncthreads();
@@ -283,17 +332,28 @@ __global__ void __launch_bounds__(GroupCfg<E, B, K, V>::NT, 2)
         *reinterpret_cast<float4*>(&kd[RPR * r * K]) = make_float4(kv.x * e, kv.y * e, kv.z * e, kv.w * e);
       }
     }
-    // Forward substitution; right-hand sides as v1 forms them in Ks and Qs: K_i times the row
-    // factor (v1: Ks *= As[i][i] = beta_i exp(G_i)), beta_i v_i on rows < len, else 0.
-    if (tid < K) {
-      const float* kc = Ks + tid;
-      grouped_solve<LDA, K>([&](int i) { return kc[i * LDK] * RF[i]; }, As, out + WS::W + tid);
-    } else if (tid < K + V) {
-      const E* vc = stage(jj) + (tid - K);
-      const int len = cd.len;
-      grouped_solve<LDA, V>(
-          [&](int i) { return i < len ? Bt[i] * to_f32(vc[i * V]) : 0.f; }, As,
-          out + WS::U + (tid - K));
+    // Forward substitution (one copy for W and U columns: warps < K / 32 are W columns); the
+    // right-hand sides as v1 forms them in Ks and Qs: K_i times the row factor (v1: Ks *= As[i][i]
+    // = beta_i exp(G_i)), beta_i v_i on rows < len, else 0.
+    if (tid < K + V) {
+      const bool is_w = tid < K;
+      const int cu = tid - K;  // U column
+      constexpr int EPW = 4 / static_cast<int>(sizeof(E));  // elements per 32-bit word
+      // U: the word holding element cu of the row (16-bit E: elements cu & ~1, cu | 1).
+      const char* src = is_w ? reinterpret_cast<const char*>(Ks + tid)
+                             : reinterpret_cast<const char*>(stage(jj) + (cu & -EPW));
+      // The stride as arithmetic on the thread index (rather than a select): ptxas then forms
+      // each row address with one multiply-add instead of a select between two constants.
+      constexpr int SW = LDK * 4, SU = V * static_cast<int>(sizeof(E));  // row strides, bytes
+      const int sstride = SW + min(fresh_tid() / K, 1) * (SU - SW);  // fresh_tid() < K + V
+      // __byte_perm selectors (16-bit E): the word itself (W); U: element cu & 1 of the word
+      // (bytes 0-1 or 2-3) into the high half (bf16: exactly the bf16 -> fp32 conversion) or
+      // the low half (fp16, converted in the solve); the other bytes zero.
+      const unsigned sel = is_w          ? 0x3210u
+                           : g_is_bf16<E> ? ((cu & 1) ? 0x3244u : 0x1044u)
+                                          : ((cu & 1) ? 0x4432u : 0x4410u);
+      grouped_solve<E, LDA, K, V>(src, sstride, sel, is_w, is_w ? RF : Bt, As,
+                                  out + (is_w ? WS::W + tid : WS::U + cu));
     }
     if (jj + 1 < nh) __syncthreads();  // As, RF, ED, stage(jj) reads done (block-uniform)
   }
