@@ -159,6 +159,37 @@ struct Ws {
                 "16-B aligned tiles");
 };
 
+// Raw K K^T and Q K^T of thread (ti, tj) of a 16 x 16 grid: kk[a][b] = K_(ti+16a) . K_(tj+16b) and
+// qk[a][b] = Q_(ti+16a) . K_(tj+16b) for b <= a (the pairs wholly above the diagonal skipped),
+// each sum in increasing d from the caller's zeros. Both chunk kernels use it, so their A and P
+// are formed by the same operations (the grouped kernel's workspace is bit-equal to v1's).
+template <int K, int LDK>
+__device__ __forceinline__ void kk_qk_tiles(float (&kk)[4][4], float (&qk)[4][4], const float* Ks,
+                                            const float* Qs, int ti, int tj) {
+  for (int d = 0; d < K; d += 4) {
+    float4 ki[4], qi[4], kj[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      ki[r] = *reinterpret_cast<const float4*>(&Ks[(ti + 16 * r) * LDK + d]);
+      qi[r] = *reinterpret_cast<const float4*>(&Qs[(ti + 16 * r) * LDK + d]);
+      kj[r] = *reinterpret_cast<const float4*>(&Ks[(tj + 16 * r) * LDK + d]);
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b <= a; ++b) {
+        kk[a][b] = fmaf(ki[a].x, kj[b].x, kk[a][b]);
+        kk[a][b] = fmaf(ki[a].y, kj[b].y, kk[a][b]);
+        kk[a][b] = fmaf(ki[a].z, kj[b].z, kk[a][b]);
+        kk[a][b] = fmaf(ki[a].w, kj[b].w, kk[a][b]);
+        qk[a][b] = fmaf(qi[a].x, kj[b].x, qk[a][b]);
+        qk[a][b] = fmaf(qi[a].y, kj[b].y, qk[a][b]);
+        qk[a][b] = fmaf(qi[a].z, kj[b].z, qk[a][b]);
+        qk[a][b] = fmaf(qi[a].w, kj[b].w, qk[a][b]);
+      }
+  }
+}
+
 template <typename E, typename B, int K, int V, bool X>
 __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
     wy_chunk_kernel(const ChunkTab tab,  // grid.x may exceed the chunk count (early exit)
@@ -206,28 +237,7 @@ __global__ void __launch_bounds__(ChunkCfg<K, V>::NT, 2)
   {
     const int ti = tid / 16, tj = tid % 16;
     float kk[4][4] = {}, qk[4][4] = {};
-    for (int d = 0; d < K; d += 4) {
-      float4 ki[4], qi[4], kj[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        ki[r] = *reinterpret_cast<const float4*>(&Ks[(ti + 16 * r) * LDK + d]);
-        qi[r] = *reinterpret_cast<const float4*>(&Qs[(ti + 16 * r) * LDK + d]);
-        kj[r] = *reinterpret_cast<const float4*>(&Ks[(tj + 16 * r) * LDK + d]);
-      }
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int b = 0; b <= a; ++b) {
-          kk[a][b] = fmaf(ki[a].x, kj[b].x, kk[a][b]);
-          kk[a][b] = fmaf(ki[a].y, kj[b].y, kk[a][b]);
-          kk[a][b] = fmaf(ki[a].z, kj[b].z, kk[a][b]);
-          kk[a][b] = fmaf(ki[a].w, kj[b].w, kk[a][b]);
-          qk[a][b] = fmaf(qi[a].x, kj[b].x, qk[a][b]);
-          qk[a][b] = fmaf(qi[a].y, kj[b].y, qk[a][b]);
-          qk[a][b] = fmaf(qi[a].z, kj[b].z, qk[a][b]);
-          qk[a][b] = fmaf(qi[a].w, kj[b].w, qk[a][b]);
-        }
-    }
+    kk_qk_tiles<K, LDK>(kk, qk, Ks, Qs, ti, tj);
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll

@@ -224,28 +224,7 @@ __global__ void __launch_bounds__(GroupCfg<E, B, K, V>::NT, 2)
   // Raw K K^T and Q K^T: v1's loop (same tiles, same fmaf order over d).
   const int ti = tid / 16, tj = tid % 16;
   float kk[4][4] = {}, qk[4][4] = {};
-  for (int d = 0; d < K; d += 4) {
-    float4 ki[4], qi[4], kj[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      ki[r] = *reinterpret_cast<const float4*>(&Ks[(ti + 16 * r) * LDK + d]);
-      qi[r] = *reinterpret_cast<const float4*>(&Qs[(ti + 16 * r) * LDK + d]);
-      kj[r] = *reinterpret_cast<const float4*>(&Ks[(tj + 16 * r) * LDK + d]);
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b <= a; ++b) {
-        kk[a][b] = fmaf(ki[a].x, kj[b].x, kk[a][b]);
-        kk[a][b] = fmaf(ki[a].y, kj[b].y, kk[a][b]);
-        kk[a][b] = fmaf(ki[a].z, kj[b].z, kk[a][b]);
-        kk[a][b] = fmaf(ki[a].w, kj[b].w, kk[a][b]);
-        qk[a][b] = fmaf(qi[a].x, kj[b].x, qk[a][b]);
-        qk[a][b] = fmaf(qi[a].y, kj[b].y, qk[a][b]);
-        qk[a][b] = fmaf(qi[a].z, kj[b].z, qk[a][b]);
-        qk[a][b] = fmaf(qi[a].w, kj[b].w, qk[a][b]);
-      }
-  }
+  kk_qk_tiles<K, LDK>(kk, qk, Ks, Qs, ti, tj);
   // Raw kk_ij (i > j) into As[j][i]: this thread alone writes and later reads these entries (and
   // writes A_ij into As[i][j]), so no barrier separates them.
 #pragma unroll
