@@ -11,21 +11,23 @@
 // and of Q ([W; Q] S in one pass over S, read once for both) over 8 columns, and the two warps
 // of a column group split the d range (each takes one half of every d quarter) and exchange
 // partial sums through shared memory once per chunk. Per 4-d step: 4 x 4 + 8 x 2 = 32 cycles
-// for 128 FFMA (0.25). P Vn and the state update keep v4's ratios. Per warp and chunk (K = 128)
+// for 128 FFMA (0.25). P Vn and the state update keep v4's cycles per FFMA. Per warp and chunk (K = 128)
 // the shared-memory cycles drop from ~1630 to ~1150.
 //
 // Pipeline (two buffers B0/B1, each one [W | Q] d quarter or one Kd row half; one barrier per
 // step, the next step's tile in flight while the current one is used):
 //   s0..s3  [W | Q][:, 32q .. 32q + 32) (K = 128; 16q at K = 64), q = 0..3
 //           after s3: partial sums exchanged, Vn = U - W S (dh = 0 warps), Q S (dh = 1 warps);
-//           dh = 1 warps: o = scale (exp(G_i) Q S + P Vn)
-//   s4      Kd[0:32, :]   S' = exp(G_C) S + rows i < 32      (+ next chunk's P in flight)
+//           P Vn split: dh = 0 sums j < 32 (rows lane, lane + 32), dh = 1 sums j >= 32
+//   s4      Kd[0:32, :]   dh = 1: o = scale (exp(G_i) Q S + P Vn) from both P Vn parts;
+//                         S' = exp(G_C) S + rows i < 32      (+ next chunk's P in flight)
 //   s5      Kd[32:64, :]  S' += rows i >= 32; S' -> smem      (+ next chunk's W|Q q0 and U)
 //
 // Numerics: the same products as v4 with a different (fixed) summation order in W S and Q S:
 // per element, the sum over d is (sum over the first halves of the four quarters) + (sum over
-// the second halves); P Vn and the state update keep v4's order. Deterministic (no atomics, fixed
-// order), but not bit-equal to v3/v4: checked against the fp64 oracle with the arm's bound.
+// the second halves); P Vn of rows >= 32 is (sum over j < 32) + (sum over j >= 32); the state
+// update keeps v4's order. Deterministic (no atomics, fixed order), but not bit-equal to v3/v4:
+// checked against the fp64 oracle with the arm's bound.
 #pragma once
 
 template <int K_, int V_>
