@@ -67,6 +67,11 @@ int main(void) {
     printf("FAIL empty decode call: rc %d, message '%s'\n", rc, msg);
     return 1;
   }
+  rc = gdn_release_scratch();
+  if (rc != GDN_OK) {
+    printf("FAIL gdn_release_scratch: rc %d, '%s'\n", rc, gdn_last_error());
+    return 1;
+  }
   printf("ok: gdn %s C ABI v%d, valid call on %s, bad call rejected: %s\n", gdn_version(),
          GDN_ABI_VERSION, gdn_arm_name(ran), msg);
   return 0;

@@ -107,6 +107,9 @@ int gdn_arm_parse(const char* name, int32_t* out);
 const char* gdn_arm_name(int32_t arm);
 /* Library version, e.g. "0.1.0". */
 const char* gdn_version(void);
+/* Returns the GPU arms' cached workspace memory to the driver (gdn::release_scratch). Returns an
+ * enum gdn_status; the message is in gdn_last_error(). */
+int gdn_release_scratch(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -132,4 +132,12 @@ Arm resolve_arm(Arm requested, const Problem& p, const PrefillArgs& a, std::stri
 
 const char* version();
 
+// The GPU arms take their per-call workspace (wy-tc: ~3.5 GB at 32768 tokens x 48 heads) from a
+// memory pool of this library, one per device, that keeps freed memory cached across
+// synchronisations so that the next call does not map it again. This returns the cached memory
+// of every device to the driver (memory of calls still in flight is not affected). Calls made
+// with GDN_SCRATCH_POOL=device in the environment allocate from the device's current pool
+// instead (its release policy applies). Without CUDA in the build: Ok, nothing to do.
+Status release_scratch();
+
 }  // namespace gdn

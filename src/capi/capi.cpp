@@ -203,4 +203,13 @@ const char* gdn_arm_name(int32_t arm) {
 
 const char* gdn_version(void) { return gdn::version(); }
 
+int gdn_release_scratch(void) {
+  try {
+    const gdn::Status st = gdn::release_scratch();
+    return finish(st.code(), st.message(), nullptr, 0);
+  } catch (const std::exception& e) {
+    return finish(gdn::Code::internal, std::string("internal error: ") + e.what(), nullptr, 0);
+  }
+}
+
 }  // extern "C"

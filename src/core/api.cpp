@@ -17,6 +17,14 @@ namespace gdn {
 
 const char* version() { return GDN_VERSION_STRING; }
 
+Status release_scratch() {
+#ifdef GDN_WITH_CUDA
+  return detail::cuda_release_scratch();
+#else
+  return Status::Ok();
+#endif
+}
+
 const char* to_string(DType d) {
   switch (d) {
     case DType::f32: return "f32";

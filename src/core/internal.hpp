@@ -49,6 +49,8 @@ Status cuda_wy_fp32_prefill(const Problem& p, const PrefillArgs& a, const Seqs& 
 bool cuda_wy_fp32_supports(const Problem& p, std::string* why);
 Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s);
 bool cuda_wy_tc_supports(const Problem& p, std::string* why);
+// gdn::release_scratch (src/cuda/common/scratch_pool.cu).
+Status cuda_release_scratch();
 #endif
 
 // `auto` on a GPU: the arm measured fastest for this device and geometry (src/core/auto.cpp).

@@ -43,6 +43,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
   return __float2bfloat16_rn(x);
 }
 
+// The library's scratch pool of the current device (scratch_pool.cu): freed memory stays cached
+// across synchronisations. Null where GDN_SCRATCH_POOL=device or pools are unsupported (then the
+// device's current pool serves, as cudaMallocAsync does).
+cudaMemPool_t scratch_pool();
+// Returns the cached memory of every device's scratch pool to the driver.
+Status release_scratch_all();
+
 // Stream-ordered scratch memory owned for the duration of one call.
 class Scratch {
  public:
@@ -54,6 +61,9 @@ class Scratch {
   }
   Status alloc(std::size_t bytes) {
     if (bytes == 0) return Status::Ok();
+    if (cudaMemPool_t pool = scratch_pool())
+      return from_cuda(cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream_),
+                       "cudaMallocFromPoolAsync(scratch)");
     return from_cuda(cudaMallocAsync(&ptr_, bytes, stream_), "cudaMallocAsync(scratch)");
   }
   template <typename T> T* as(std::size_t byte_offset = 0) const {

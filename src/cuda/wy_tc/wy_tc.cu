@@ -198,7 +198,7 @@ __device__ __forceinline__ void solve_column(const float* sA, float* sX, int c) 
 struct Workspace {
   std::uint32_t* wh;  // [NC, HV, C, K/2] W hi (bf16 pairs)
   std::uint32_t* wl;  // [NC, HV, C, K/2] W lo
-  std::uint32_t* qh;  // [NC, HV, C, K/2] Qs = scale diag(exp G) Q, hi
+  std::uint32_t* qh;  // [NC, HV, C, K/2] Qs = scale diag(exp G) Q, hi (exact format: below)
   std::uint32_t* ql;  // [NC, HV, C, K/2] Qs lo
   std::uint32_t* kh;  // [NC, HV, K, C/2] Kd^T, Kd = diag(exp(G_C - G)) K, hi
   std::uint32_t* kl;  // [NC, HV, K, C/2] Kd^T lo
@@ -207,7 +207,10 @@ struct Workspace {
   float* u;           // [NC, HV, C, V] U = Tm V, fp32
   float* gc;          // [NC, HV] G at the chunk's end
   // Exact format (ChunkParams::exact_ws, bf16 q/k, wgmma state pass): qh holds Q itself and kh
-  // K^T itself (exact bf16, no lo planes), and the diagonal scalings travel as fp32 vectors:
+  // K^T itself (exact bf16, no lo planes: ql, kl are not allocated), one tile per (chunk, KEY
+  // head) [NC, HK, ...], written by the key head's first value head and read by all of them
+  // (the tiles are the same for every value head of a key head; 1/3 of the bytes at HV = 3 HK);
+  // the diagonal scalings travel as fp32 vectors:
   float* eq;          // [NC, HV, C] scale exp(G_i) / |q_i|  (O^T = (S^T Q^T) diag(eq) + ...)
   float* ed;          // [NC, HV, C] exp(G_C - G_j) / |k_j|  (S^T += (Vn^T diag(ed)) K)
 };
@@ -427,6 +430,9 @@ struct StateParams {
   const std::int32_t* chunk_len;   // [NC]
   const std::int32_t* seq_chunk0;  // [N+1] first global chunk of each sequence
   int HV;
+  int HK;        // key heads: the exact workspace's Q and K^T tiles are per (chunk, key head)
+  bool tiled;    // head map (value head h reads key head h % HK if tiled, else h / (HV / HK))
+  float qk_inv;  // 1 / HK if tiled, else HK / HV (wg_qk_tile)
   int seg_c0, seg_c1;  // v8 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
   bool wg_negctl;  // wgmma passes only (v6, v8), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
@@ -893,6 +899,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   __syncthreads();  // barrier 2: G, norms
 
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  // Q and K^T tiles: per value head in the split format (scaled per head); per key head in the
+  // exact format (the raw bf16 tiles, the same for the key head's value heads), written by the
+  // key head's first value head only.
+  const bool qk_writer = !p.exact_ws || (p.tiled ? h < p.HK : h % (p.HV / p.HK) == 0);
+  const std::int64_t base_qk = p.exact_ws ? static_cast<std::int64_t>(cg) * p.HK + kh : base;
   const int m0 = warp * 16;
   if (lane < 16) {
     const int r = m0 + lane;
@@ -959,9 +970,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   }
   // Qs as v6: piece (row r, 8 kb .. 8 kb + 7) of the ws_word<C> order is one 16-byte row segment
   // of the q tile, the warp's own rows.
-  {
-    uint4* Qh4 = reinterpret_cast<uint4*>(p.ws.qh + base * C * K / 2);
-    uint4* Ql4 = reinterpret_cast<uint4*>(p.ws.ql + base * C * K / 2);
+  if (qk_writer) {
+    uint4* Qh4 = reinterpret_cast<uint4*>(p.ws.qh + base_qk * C * K / 2);
+    uint4* Ql4 = reinterpret_cast<uint4*>(p.ws.ql + base_qk * C * K / 2);
     const int r = m0 + (lane & 15);
     const float f = p.scale * sE[r] * sRq[r];
 #pragma unroll
@@ -986,11 +997,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   }
   __syncwarp();  // the warp's A rows written, its q rows read: X_ww may overwrite them
   solve_column<LA, 16>(sA + m0 * LA + m0, sX + m0 * LA + m0, lane & 15);  // lanes 16-31 repeat 0-15
-  if (warp < 2) {
+  if (warp < 2 && qk_writer) {
     // Kd^T as v6 (ldmatrix.trans of the k tile, x4 group g = matrices 4 g .. 4 g + 3 of the
     // ws_word<K> order).
-    std::uint32_t* Kh = p.ws.kh + base * K * C / 2;
-    std::uint32_t* Kl = p.ws.kl + base * K * C / 2;
+    std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
+    std::uint32_t* Kl = p.ws.kl + base_qk * K * C / 2;
 #pragma unroll 2
     for (int g = warp; g < C * K / 256; g += 2) {
       const int mi = 4 * g + (lane >> 3), kb = mi / (K / 8), db = mi % (K / 8);
@@ -1236,6 +1247,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::size_t b_ck = align_up(2 * tiles * C * K);  // one bf16 plane of a C x K tile
   const std::size_t b_cc = align_up(2 * tiles * C * C);  // one bf16 plane of a C x C tile
   const std::size_t b_cv = align_up(sizeof(float) * tiles * C * V);
+  // The exact format's Q and K^T planes: one tile per (chunk, key head); no ql, kl planes.
+  const std::size_t b_ckqk = align_up(2 * NC * pr.HK * C * K);
   const std::size_t b_gc = align_up(sizeof(float) * tiles);
   const std::size_t b_vec = align_up(sizeof(float) * tiles * C);
   // The exact workspace format (Q, K^T themselves + eq, ed) needs the v7 chunk kernel
@@ -1262,15 +1275,24 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
   cuda::Scratch scratch(st);
-  Status stt = scratch.alloc(b_tab + 6 * b_ck + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry);
+  const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
+  Status stt = scratch.alloc(b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc +
+                             2 * b_vec + b_carry);
   if (!stt.ok()) return stt;
   cuda::ChunkTable table;
   stt = cuda::build_chunk_table(plan, offs, scratch.as<void>(0), st, &table);
   if (!stt.ok()) return stt;
   Workspace ws;
   std::size_t off = b_tab;
-  for (std::uint32_t** plane : {&ws.wh, &ws.wl, &ws.qh, &ws.ql, &ws.kh, &ws.kl})
+  for (std::uint32_t** plane : {&ws.wh, &ws.wl})
     *plane = scratch.as<std::uint32_t>(off), off += b_ck;
+  if (exact_ws) {  // ql, kl stay null (never read or written in this format)
+    ws.qh = scratch.as<std::uint32_t>(off), off += b_ckqk;
+    ws.kh = scratch.as<std::uint32_t>(off), off += b_ckqk;
+  } else {
+    for (std::uint32_t** plane : {&ws.qh, &ws.ql, &ws.kh, &ws.kl})
+      *plane = scratch.as<std::uint32_t>(off), off += b_ck;
+  }
   ws.ph = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.pl = scratch.as<std::uint32_t>(off), off += b_cc;
   ws.u = scratch.as<float>(off), off += b_cv;
@@ -1351,6 +1373,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.vk = pr.state_layout == StateLayout::vk;
   sp.chunk_tok0 = d_tok0, sp.chunk_len = d_len, sp.seq_chunk0 = d_first;
   sp.HV = pr.HV;
+  sp.HK = pr.HK;
+  sp.tiled = pr.head_map == HeadMap::tiled;
+  sp.qk_inv = 1.f / static_cast<float>(sp.tiled ? pr.HK : pr.HV / pr.HK);
+  if (pr.HV >= (1 << 22)) return Status::Unsupported("wy-tc: more than 2^22 value heads");
   sp.ws = ws;
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");

@@ -167,6 +167,18 @@ template <int K, int V, bool kExact> struct StateSmemWg {
   static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
 };
 
+// Tile index of the exact workspace's Q and K^T planes for chunk cg and value head h: one tile
+// per (chunk, key head), shared by the key head's value heads (Workspace, wy_tc.cu). The key
+// head without an integer division (h / d or h % d with d = HV / HK or HK): q = trunc((h + 1/2)
+// fl(1/d)) = floor(h / d) exactly, since the product's relative error 2^-24 moves it by less than
+// 1/(2d), its distance to the nearest integer, for any h < 2^22. (The division's temporaries
+// made ptxas spill 12 B in the K = V = 128 v8 pass; this form spills nothing there.)
+__device__ __forceinline__ std::int64_t wg_qk_tile(const StateParams& p, int cg, int h) {
+  const int q = __float2int_rz((static_cast<float>(h) + 0.5f) * p.qk_inv);
+  const int hk = p.tiled ? h - p.HK * q : q;
+  return static_cast<std::int64_t>(cg) * p.HK + hk;
+}
+
 // Bulk copies of chunk cg's tiles A (W hi/lo, Q(s) hi[/lo], the block's U slice[, eq]) or tiles B
 // (P hi/lo, K(d)^T hi[/lo][, ed]) into buffer (cg - c_begin) % NBUF, completing on that buffer's
 // mbarrier (bar[b] for A, bar[NBUF + b] for B). One thread issues.
@@ -178,10 +190,11 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
   const int b = (cg - c_begin) % Sm::NBUF;
   unsigned char* d = smem + b * Sm::kStrideA;
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  const std::int64_t bq = kExact ? wg_qk_tile(p, cg, h) : base;  // Q: per key head if exact
   cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
   cuda::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
   cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
-  cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + base * C * K / 2, Sm::kCK, &bar[b]);
+  cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + bq * C * K / 2, Sm::kCK, &bar[b]);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
   cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
@@ -194,10 +207,11 @@ __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* 
   unsigned char* d = smem + Sm::oB + b * Sm::kStrideB;
   std::uint64_t* bb = &bar[Sm::NBUF + b];
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
   cuda::mbar_arrive_tx(bb, Sm::kBytesB);
   cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
   cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
-  cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + base * K * C / 2, Sm::kCK, bb);
+  cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
 }
@@ -600,3 +614,4 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
 #endif
 }
+
