@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -157,23 +158,28 @@ TEST(ChunkTable, BuildIsCapturableAndSnapshotsHostOffsets) {
 
 // ---- each arm under stream capture, host cu_seqlens only ----
 
-class ArmCapture : public ::testing::TestWithParam<Arm> {};
-
-TEST_P(ArmCapture, GraphReplayEqualsEager_L40x0x130x65_HK2_HV4_K128_bf16_h0) {
-  const Arm arm = GetParam();
-  const check::Case c = check::make_case(spec_of({40, 0, 130, 65}, 2, 4, 128, 128), 7);
+// One eager call and one call captured into a CUDA graph and replayed, on the same device
+// buffers (host cu_seqlens only). `graph_env` (optional "NAME=value") is set for the captured
+// call only (negative controls).
+struct EagerAndGraph {
+  std::vector<unsigned char> o_eager, o_graph;
+  std::vector<float> hT_eager, hT_graph;
+  Arm ran_eager = Arm::automatic, ran_graph = Arm::automatic;
+};
+void eager_and_graph(Arm arm, const check::Case& c, EagerAndGraph* r,
+                     const char* graph_env_name = nullptr, const char* graph_env_value = nullptr) {
   const std::size_t o_bytes = c.T * c.prob.HV * c.prob.V * dtype_size(c.spec.out_dtype);
   const std::size_t s_bytes = c.h0.size() * sizeof(float);
   std::vector<unsigned char> o_host(o_bytes);
   std::vector<float> hT_host(c.h0.size());
   const PrefillArgs h = c.host_args(o_host.data(), hT_host.data());
-  std::vector<DevMem*> bufs;
+  std::vector<std::unique_ptr<DevMem>> bufs;
   PrefillArgs d = h;
   bool ok = true;
   auto up = [&](const TensorView& hv, TensorView* dv) {
     if (!hv.defined()) return;
     const std::size_t b = hv.numel() * dtype_size(hv.dtype);
-    bufs.push_back(new DevMem(b));
+    bufs.push_back(std::make_unique<DevMem>(b));
     dv->data = bufs.back()->p;
     ok &= cudaMemcpy(dv->data, hv.data, b, cudaMemcpyHostToDevice) == cudaSuccess;
   };
@@ -191,18 +197,24 @@ TEST_P(ArmCapture, GraphReplayEqualsEager_L40x0x130x65_HK2_HV4_K128_bf16_h0) {
   Status st = prefill(c.prob, d, arm, &info);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  std::vector<unsigned char> o_eager(o_bytes), o_graph(o_bytes);
-  std::vector<float> hT_eager(c.h0.size()), hT_graph(c.h0.size());
-  ASSERT_EQ(cudaMemcpy(o_eager.data(), d.o.data, o_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(hT_eager.data(), d.hT.data, s_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  r->o_eager.resize(o_bytes), r->o_graph.resize(o_bytes);
+  r->hT_eager.resize(c.h0.size()), r->hT_graph.resize(c.h0.size());
+  ASSERT_EQ(cudaMemcpy(r->o_eager.data(), d.o.data, o_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(r->hT_eager.data(), d.hT.data, s_bytes, cudaMemcpyDeviceToHost),
+            cudaSuccess);
   ASSERT_EQ(cudaMemset(d.o.data, 0xff, o_bytes), cudaSuccess);
   ASSERT_EQ(cudaMemset(d.hT.data, 0xff, s_bytes), cudaSuccess);
   // Captured (global mode: any unsafe call, a pageable copy or a sync, invalidates the capture).
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
   RunInfo info2;
-  st = prefill(c.prob, d, arm, &info2);
   cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  cudaError_t end = cudaSuccess;
+  {
+    std::unique_ptr<testutil::ScopedEnv> env;
+    if (graph_env_name) env = std::make_unique<testutil::ScopedEnv>(graph_env_name, graph_env_value);
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    st = prefill(c.prob, d, arm, &info2);
+    end = cudaStreamEndCapture(s, &graph);
+  }
   cudaGetLastError();
   ASSERT_TRUE(st.ok()) << to_string(info2.ran) << " under capture: " << st.message();
   ASSERT_EQ(end, cudaSuccess) << to_string(info2.ran) << " capture: " << cudaGetErrorString(end);
@@ -210,17 +222,57 @@ TEST_P(ArmCapture, GraphReplayEqualsEager_L40x0x130x65_HK2_HV4_K128_bf16_h0) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(o_graph.data(), d.o.data, o_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(hT_graph.data(), d.hT.data, s_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(info.ran, info2.ran);
-  EXPECT_EQ(std::memcmp(o_eager.data(), o_graph.data(), o_bytes), 0)
-      << to_string(info2.ran) << ": graph replay o differs from eager";
-  EXPECT_EQ(std::memcmp(hT_eager.data(), hT_graph.data(), s_bytes), 0)
-      << to_string(info2.ran) << ": graph replay final state differs from eager";
+  ASSERT_EQ(cudaMemcpy(r->o_graph.data(), d.o.data, o_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(r->hT_graph.data(), d.hT.data, s_bytes, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  r->ran_eager = info.ran, r->ran_graph = info2.ran;
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
-  for (DevMem* b : bufs) delete b;
+}
+
+bool same_bytes(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class ArmCapture : public ::testing::TestWithParam<Arm> {};
+
+TEST_P(ArmCapture, GraphReplayEqualsEager_L40x0x130x65_HK2_HV4_K128_bf16_h0) {
+  const Arm arm = GetParam();
+  const check::Case c = check::make_case(spec_of({40, 0, 130, 65}, 2, 4, 128, 128), 7);
+  EagerAndGraph r;
+  eager_and_graph(arm, c, &r);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(r.ran_eager, r.ran_graph);
+  EXPECT_TRUE(same_bytes(r.o_eager, r.o_graph))
+      << to_string(r.ran_graph) << ": graph replay o differs from eager";
+  EXPECT_TRUE(same_bytes(r.hT_eager, r.hT_graph))
+      << to_string(r.ran_graph) << ": graph replay final state differs from eager";
+}
+
+// wy-tc's overlapped passes (one sequence; segments' state passes on a side stream ordered by
+// events) under capture: the events fork the side stream into the capture and join it back. The
+// eager call runs first (it creates the side stream and its events outside the capture, as an
+// engine's warm-up call does). Negative control: the captured call with the segment carry dropped
+// (GDN_WYTC_OVERLAP=negctl) must differ, which shows that the overlapped path is what was captured.
+TEST(ArmCaptureWyTc, OverlappedPassesGraphReplayEqualsEager_L2500_HK2_HV4_K128_bf16_h0) {
+  const check::Case c = check::make_case(spec_of({2500}, 2, 4, 128, 128), 8);
+  testutil::ScopedEnv env("GDN_WYTC_OVERLAP", "1");  // 40 chunks: 3 segments
+  EagerAndGraph r;
+  eager_and_graph(Arm::wy_tc, c, &r);
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(r.ran_graph, Arm::wy_tc);
+  EXPECT_TRUE(same_bytes(r.o_eager, r.o_graph)) << "overlapped wy-tc: graph replay o differs";
+  EXPECT_TRUE(same_bytes(r.hT_eager, r.hT_graph)) << "overlapped wy-tc: graph replay hT differs";
+  EagerAndGraph neg;
+  eager_and_graph(Arm::wy_tc, c, &neg, "GDN_WYTC_OVERLAP", "negctl");
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(same_bytes(neg.o_eager, r.o_eager)) << "eager runs differ";
+  EXPECT_FALSE(same_bytes(neg.o_eager, neg.o_graph))
+      << "negative control: the captured call without the carry gave the eager result";
 }
 
 INSTANTIATE_TEST_SUITE_P(Arms, ArmCapture,
