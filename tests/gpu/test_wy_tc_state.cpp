@@ -186,6 +186,44 @@ TEST(WyTcState, V8EqualsV6BitForBit) {
   }
 }
 
+// v9 (GDN_WYTC_STATE=v9, wy_tc_state_wg9.cuh) is v8 with cheaper bookkeeping (descriptors, O
+// staging by stmatrix, o stores): the same groups, operands and fp32 operations, so o and hT equal
+// v8's (the default) bit for bit on every case. The negative control: v9 with its W^T fold on the
+// wrong tiles differs from v8, which also shows that v9 is the kernel that ran.
+TEST(WyTcState, V9EqualsV8BitForBit) {
+  if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
+  int seed = 180;
+  for (const StateCase& sc : cases()) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::ArmOutput v8 = check::run_arm(Arm::wy_tc, c, true);
+    check::ArmOutput v9, bad;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE", "v9");
+      v9 = check::run_arm(Arm::wy_tc, c, true);
+      testutil::ScopedEnv neg("GDN_WYTC_WG_NEGCTL", "1");
+      bad = check::run_arm(Arm::wy_tc, c, true);
+    }
+    ASSERT_TRUE(v8.status.ok() && v9.status.ok() && bad.status.ok())
+        << v8.status.message() << v9.status.message() << bad.status.message();
+    ASSERT_EQ(v9.o.size(), v8.o.size());
+    ASSERT_EQ(bad.o.size(), v8.o.size());
+    std::size_t diff_o = 0, diff_s = 0, diff_bad = 0;
+    for (std::size_t i = 0; i < v8.o.size(); ++i) {
+      diff_o += !(v9.o[i] == v8.o[i]);
+      diff_bad += !(bad.o[i] == v8.o[i]);
+    }
+    ASSERT_EQ(v9.hT.size(), v8.hT.size());
+    for (std::size_t i = 0; i < v8.hT.size(); ++i) diff_s += !(v9.hT[i] == v8.hT[i]);
+    std::printf("wy-tc v9 vs v8 %s: %zu of %zu o, %zu of %zu state differ; negative control: "
+                "%zu o differ\n",
+                sc.name, diff_o, v8.o.size(), diff_s, v8.hT.size(), diff_bad);
+    EXPECT_EQ(diff_o, 0u);
+    EXPECT_EQ(diff_s, 0u);
+    EXPECT_GT(diff_bad, v8.o.size() / 4) << "the negative control did not change o";
+  }
+}
+
 // Overlapped passes (one sequence whose state blocks fill at most half of the SMs, >= 2 segments
 // of >= 16 chunks; forced here with GDN_WYTC_OVERLAP=1, the default starts at 256 chunks): the
 // chunk kernels of segment i + 1 run beside the state pass of segment i,

@@ -1383,6 +1383,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   const bool v8 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  const bool v9 = v8 && env_is("GDN_WYTC_STATE", "v9");  // v8 with fewer instructions, same bits
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
@@ -1396,6 +1397,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    if (v9)
+      return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
+                "wy_tc_state_kernel_wg9 launch");
     if (v8)
       return go(wy_tc_state_kernel_wg8<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg8 launch");

@@ -615,3 +615,5 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg8(Stat
 #endif
 }
 
+// v9: v8 with fewer instructions per chunk (same results bit for bit).
+#include "cuda/wy_tc/wy_tc_state_wg9.cuh"

@@ -1,0 +1,324 @@
+// v9: the v8 state pass (wy_tc_state_kernel_wg8, wy_tc_state_wgmma.cuh) with fewer instructions
+// per chunk. Included at the end of wy_tc_state_wgmma.cuh (so inside wy_tc.cu's anonymous
+// namespace, after everything it uses: wg::, StateSmemWg, wg_issue_a / _b, wg_stage_o,
+// wg_store_o, load_state, store_state, acc_to_a).
+//
+// v8 is bound by instruction issue (one warpgroup per SM, ~1240 instructions per warp and chunk
+// against ~2.2K tensor cycles of wgmma). v9 issues the same wgmma groups in the same order, on the
+// same operands, and does the same fp32 arithmetic on every value; what changes is the
+// bookkeeping around them:
+//   - wgmma smem descriptors: v8 rebuilds each one from its address (wg::desc: mask, shift, or,
+//     64-bit pack, 5-8 instructions, in vector registers for the B tiles, then R2UR per use). v9
+//     forms the descriptor's low word of each buffer's tile bases once per chunk and adds the tile
+//     offset / 16 as an immediate: desc(a + off) == desc(a) + off / 16 for 16-byte multiples off
+//     as long as (a & 0x3FFFF) + off < 2^18, true for every shared address of the CTA (228 KiB).
+//   - O staging (2-byte out): the 32 16-bit stores per thread become 16 packs (the same
+//     round-to-nearest conversions) and 4 stmatrix .x4 .trans (the accumulator layout is
+//     stmatrix's fragment layout with tokens as the columns; .trans writes them as token rows):
+//     the same bytes at the same smem addresses. The packs sit before X(c)'s fence (see the
+//     loop). fp32 out: wg_stage_o, also before X(c), which removes v8's injected wgmma wait.
+//   - o stores: each thread's pieces (rows tid / kPieces + 128 / kPieces j, columns fixed) from a
+//     precomputed address (2-byte out: row-predicated by len; fp32 out: whole chunks only)
+//     instead of wg_store_o's div/mod loop, which still serves the other cases (the element path
+//     where o rows are not 16-byte aligned, fp32 partial chunks).
+// Bit-for-bit equal to v8 (test WyTcState.V9EqualsV8BitForBit): every wgmma and every fp32
+// operation on data is v8's; only addresses, descriptors' arithmetic and store instructions differ.
+#pragma once
+
+// Low 32 bits of a wgmma descriptor -> the descriptor (high word: SBO 128 bytes, as wg::desc).
+__device__ __forceinline__ std::uint64_t wg9_desc(unsigned lo) {
+  return (static_cast<std::uint64_t>(128u >> 4) << 32) + lo;
+}
+__device__ __forceinline__ unsigned wg9_desc_lo(unsigned saddr, unsigned lbo) {
+  return static_cast<unsigned>(wg::desc(saddr, lbo, 128u));
+}
+
+// Two fp32 values rounded to TOut (2-byte types) and packed, the first in the low half: the same
+// conversion (round to nearest even) as from_f32 on each.
+template <typename TOut> __device__ __forceinline__ std::uint32_t wg9_pack2(float a, float b);
+template <> __device__ __forceinline__ std::uint32_t wg9_pack2<__nv_bfloat16>(float a, float b) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<std::uint32_t*>(&v);
+}
+template <> __device__ __forceinline__ std::uint32_t wg9_pack2<__half>(float a, float b) {
+  __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<std::uint32_t*>(&v);
+}
+
+#if GDN_WYTC_WG_DEVICE
+__device__ __forceinline__ void wg9_stsm_x4_trans(unsigned saddr, std::uint32_t r0,
+                                                  std::uint32_t r1, std::uint32_t r2,
+                                                  std::uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   saddr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+#endif
+
+// wg_stage_o for 2-byte TOut, in two steps. O^T in the accumulator layout (element (nt, e) =
+// value row gid + 8 (e >> 1) of this warp, token nt * 8 + 2 tig + (e & 1)) goes to token rows
+// sO[token][value] (row stride kLdO, the bytes wg_stage_o writes). Per 8 x 8 block (8 tokens x
+// 8 values) the thread holds (value gid, tokens 2 tig, 2 tig + 1): the stmatrix fragment with
+// values as rows, so .trans stores its columns (tokens) as rows of 8 values. opk[q][j]: matrix j
+// of the .x4 of token block q, tokens 16 q + 8 (j >> 1), values 8 (j & 1) of the warp's 16.
+template <typename TOut>
+__device__ __forceinline__ void wg9_pack_o(const float (&ot)[Cfg::kChunk / 8][4],
+                                           std::uint32_t (&opk)[Cfg::kChunk / 16][4]) {
+#pragma unroll
+  for (int q = 0; q < Cfg::kChunk / 16; ++q) {
+    opk[q][0] = wg9_pack2<TOut>(ot[2 * q][0], ot[2 * q][1]);
+    opk[q][1] = wg9_pack2<TOut>(ot[2 * q][2], ot[2 * q][3]);
+    opk[q][2] = wg9_pack2<TOut>(ot[2 * q + 1][0], ot[2 * q + 1][1]);
+    opk[q][3] = wg9_pack2<TOut>(ot[2 * q + 1][2], ot[2 * q + 1][3]);
+  }
+}
+// s_lane: lane L's row address for q = 0, row L & 7 of matrix L >> 3 (wy_tc_state_kernel_wg9).
+template <typename TOut>
+__device__ __forceinline__ void wg9_stage_o(const std::uint32_t (&opk)[Cfg::kChunk / 16][4],
+                                            unsigned s_lane) {
+#if GDN_WYTC_WG_DEVICE
+  constexpr int kLdO = SCfg::kVSlice + 16 / static_cast<int>(sizeof(TOut));
+#pragma unroll
+  for (int q = 0; q < Cfg::kChunk / 16; ++q)
+    wg9_stsm_x4_trans(s_lane + q * 16 * kLdO * static_cast<int>(sizeof(TOut)), opk[q][0],
+                      opk[q][1], opk[q][2], opk[q][3]);
+#else
+  (void)opk, (void)s_lane;
+#endif
+}
+
+// v9 = v8 with cheaper bookkeeping (see the top of this file); the schedule, the groups and every
+// arithmetic operation on data are v8's, in v8's order.
+template <typename TOut, int K, int V>
+__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
+#if GDN_WYTC_WG_DEVICE
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
+  static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
+  using Sm = StateSmemWg<K, V, true>;
+  constexpr int NBUF = Sm::NBUF;
+  static_assert(NBUF == 2, "buffer = chunk parity");
+  // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
+  static_assert(Sm::bytes + 1024 <= (1u << 18), "descriptor start fields add without carry");
+  extern __shared__ __align__(128) unsigned char smem_wg[];
+  __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
+  const unsigned sb = cuda::smem_u32(smem_wg);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2 * NBUF; ++i) cuda::mbar_init(&bar[i], 1);
+    cuda::mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
+  const int lane = threadIdx.x & 31, tig = lane & 3, warp = threadIdx.x >> 5;
+  const int v0 = slice * VS + warp * 16;
+  const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
+  float st[K / 8][4];
+  load_state<K, V>(st, p, nh, v0);
+
+  constexpr unsigned lC = C * 16u, lK = K * 16u;
+  const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
+  const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;
+  const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
+  if (threadIdx.x == 0)
+    for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
+      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
+    }
+  // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
+  // d0 + off / 16 + (lbo / 16 << 16), d0 = the start-address field of smem_wg (no field
+  // overlaps: the start address is bits 0-13, LBO bits 16-29). One base per buffer and chunk.
+  const unsigned d0 = wg9_desc_lo(sb, 0u);
+  constexpr unsigned kLC = (lC >> 4) << 16, kLK = (lK >> 4) << 16;
+  // O staging (2-byte out): this lane's stmatrix row address, token 8 (L >> 4) + (L & 7), value
+  // warp * 16 + 8 ((L >> 3) & 1) (see wg9_pack_o).
+  constexpr bool kPack = sizeof(TOut) == 2;
+  constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
+  const unsigned s_stage =
+      sb + Sm::oO +
+      static_cast<unsigned>(((8 * (lane >> 4) + (lane & 7)) * kLdO + warp * 16 + 8 * ((lane >> 3) & 1)) *
+                            static_cast<int>(sizeof(TOut)));
+  // o stores (16-byte pieces): this thread's rows i0 + kRows j, columns c0 .. c0 + kEl - 1.
+  constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
+  constexpr int kRows = SCfg::kThreads / kPieces;
+  static_assert(SCfg::kThreads % kPieces == 0 && C % kRows == 0, "whole rows per pass");
+  const int i0 = threadIdx.x / kPieces, c0 = (threadIdx.x % kPieces) * kEl;
+  TOut* const o_thr = static_cast<TOut*>(p.o) + static_cast<std::int64_t>(i0) * p.o_st +
+                      h * p.o_sh + slice * VS + c0;
+  const std::int64_t o_step = kRows * p.o_st;
+  const uint4* const s_thr =
+      reinterpret_cast<const uint4*>(smem_wg + Sm::oO + (i0 * kLdO + c0) * static_cast<int>(sizeof(TOut)));
+  constexpr int kStepS = kRows * kLdO * static_cast<int>(sizeof(TOut)) / 16;  // uint4 per row step
+  auto store_o = [&](int tok0, int len) {  // after the barrier that follows the staging
+    if (p.o_vec && (kPack || len == C)) {
+      TOut* const dst = o_thr + static_cast<std::int64_t>(tok0) * p.o_st;
+#pragma unroll
+      for (int j = 0; j < C / kRows; ++j)
+        if (!kPack || i0 + j * kRows < len)
+          *reinterpret_cast<uint4*>(dst + j * o_step) = s_thr[j * kStepS];
+    } else {
+      wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice);
+    }
+  };
+  // S^T of the next chunk split hi + lo (X and OS operands), and S^T scaled by its decay.
+  std::uint32_t ah[K / 16][4], al[K / 16][4];
+  auto split_and_decay = [&](float decay) {
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
+    wg::keep(st);  // before any later fence: the compiler may not sink these past it
+    wg::keep_u(ah);
+    wg::keep_u(al);
+  };
+  auto gc_of = [&](int cg) {  // G_C of chunk cg, 0 (decay 1) past the sequence's end
+    return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
+  };
+  split_and_decay(expf(gc_of(c_begin)));
+  float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
+  int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
+  for (int cg = c_begin; cg < c_end; ++cg) {
+    const float gc_next = gc_of(cg + 1);
+    const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
+    const int it = cg - c_begin, b = it & 1;
+    const unsigned parity = (it >> 1) & 1;
+    // This chunk's buffer: descriptor low words of its tile bases.
+    const unsigned dA = d0 + b * (Sm::kStrideA >> 4);
+    const unsigned dB = d0 + (Sm::oB >> 4) + b * (Sm::kStrideB >> 4);
+    const unsigned dWh = dA + kLC + (oWh >> 4), dWl = dA + kLC + (oWl >> 4);
+    // O^T of chunk cg - 1 (the epilogue below). 2-byte out: rounded and packed here, before X(c)
+    // is issued, and stored (stmatrix) in X(c)'s shadow below; packing it there, with X(c) in
+    // flight, makes ptxas inject a wgmma wait (C7517) that serialises the epilogue behind X(c)
+    // (wg_stage_o's 16-bit stores do not, but cost ~45 more instructions). fp32 out: staged here
+    // (v8 stages it in X(c)'s shadow and gets that injected wait).
+    std::uint32_t opk[kPack ? C / 16 : 1][4];
+    if constexpr (kPack) {
+      wg9_pack_o<TOut>(ot, opk);
+      wg::keep_u(opk);  // before the fence: not sunk to the stores
+    } else {
+      wg_stage_o<TOut, Sm>(ot, smem_wg);
+    }
+    cuda::mbar_wait(&bar[b], parity);  // tiles A of this chunk
+    float xw[C / 8][4];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {  // X(c)
+      const unsigned kofs = ks * C * 2;  // ks * C * 32 bytes
+      const std::uint64_t wh = wg9_desc(dWh + kofs);
+      const std::uint64_t wl = wg9_desc(dWl + kofs);
+      if (ks == 0) wg::wgmma_n64<0>(xw, ah[ks], wl);
+      else wg::wgmma_n64<1>(xw, ah[ks], wl);
+      wg::wgmma_n64<1>(xw, al[ks], wh);
+      wg::wgmma_n64<1>(xw, ah[ks], wh);
+    }
+    wg::commit();
+    {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
+      if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
+      __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
+      if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
+        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
+      store_o(prev_tok0, prev_len);
+    }
+    prev_tok0 = tok0, prev_len = len;
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {  // OS(c)
+      const std::uint64_t qh = wg9_desc(dA + kLC + (Sm::oQh >> 4) + ks * C * 2);
+      if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+      else wg::wgmma_n64<1>(ot, al[ks], qh);
+      wg::wgmma_n64<1>(ot, ah[ks], qh);
+    }
+    wg::commit();
+    wg::wait<1>();  // X(c) done (OS(c) may run)
+    wg::keep(xw);
+    const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
+    float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt) {
+      const float4 u4 = sU[nt * 128 + warp * 32 + lane];
+      vn[nt][0] = u4.x - xw[nt][0];
+      vn[nt][1] = u4.y - xw[nt][1];
+      vn[nt][2] = u4.z - xw[nt][2];
+      vn[nt][3] = u4.w - xw[nt][3];
+    }
+    cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    std::uint32_t dh[C / 16][4], dl[C / 16][4];
+    {
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
+      float dn[C / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
+        dn[nt][0] = vn[nt][0] * e2.x, dn[nt][1] = vn[nt][1] * e2.y;
+        dn[nt][2] = vn[nt][2] * e2.x, dn[nt][3] = vn[nt][3] * e2.y;
+      }
+#pragma unroll
+      for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], dn, kc);
+    }
+    wg::keep_u(dh);
+    wg::keep_u(dl);
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
+      const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
+      wg::wgmma_nk<K>(st, dl[kc], kh);
+      wg::wgmma_nk<K>(st, dh[kc], kh);
+    }
+    wg::commit();
+    std::uint32_t vh[C / 16][4], vl[C / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
+    wg::keep_u(vh);
+    wg::keep_u(vl);
+    wg::wait<1>();  // OS(c) done (ST(c) may run)
+    wg::keep(ot);
+    {  // O^T columns (tokens) scaled by eq before the P fold adds in
+      const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
+#pragma unroll
+      for (int nt = 0; nt < C / 8; ++nt) {
+        const float2 e2 = *reinterpret_cast<const float2*>(sEq + nt * 8 + 2 * tig);
+        ot[nt][0] *= e2.x, ot[nt][1] *= e2.y, ot[nt][2] *= e2.x, ot[nt][3] *= e2.y;
+      }
+    }
+    wg::keep(ot);  // pins the scaling before the fence of OP(c)
+    __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
+    if (cg + NBUF < c_end && threadIdx.x == 0)
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice);
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)
+      const std::uint64_t ph = wg9_desc(dB + kLC + (Sm::oPh >> 4) + kc * C * 2);
+      const std::uint64_t pl = wg9_desc(dB + kLC + (Sm::oPl >> 4) + kc * C * 2);
+      wg::wgmma_n64<1>(ot, vh[kc], pl);
+      wg::wgmma_n64<1>(ot, vl[kc], ph);
+      wg::wgmma_n64<1>(ot, vh[kc], ph);
+    }
+    wg::commit();
+    wg::wait<1>();  // ST(c) done (OP(c) may run)
+    wg::keep(st);
+    split_and_decay(expf(gc_next));  // the next chunk's operands, under OP(c)
+    wg::wait<0>();  // OP(c) done
+    wg::keep(ot);
+    wg::keep_u(vh);
+    wg::keep_u(vl);
+  }
+  {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
+    if constexpr (kPack) {
+      std::uint32_t opk[C / 16][4];
+      wg9_pack_o<TOut>(ot, opk);
+      wg9_stage_o<TOut>(opk, s_stage);
+    } else {
+      wg_stage_o<TOut, Sm>(ot, smem_wg);
+    }
+    __syncthreads();
+    store_o(prev_tok0, prev_len);
+  }
+  store_state<K, V>(st, p, nh, v0);
+#else
+  (void)p;
+  __trap();  // launched only where the sm_90a image runs (use_wg_state)
+#endif
+}
