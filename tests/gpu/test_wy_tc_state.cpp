@@ -1,4 +1,4 @@
-// wy-tc state pass variants: the sm_90a wgmma pass (v8, or v6 with GDN_WYTC_STATE=v6,
+// wy-tc state pass variants: the sm_90a wgmma pass (v9, or v8 / v6 with GDN_WYTC_STATE=v8 / v6,
 // wy_tc_state_wgmma.cuh, the default on a compute capability 9.0 device) against the mma.sync pass (v5, GDN_WYTC_STATE=v5) and the fp64
 // oracle, over the head sizes, output dtypes, state layouts and sequence sets the kernel templates
 // cover. The negative control of the wgmma path itself: with GDN_WYTC_WG_NEGCTL=1 its W^T fold
@@ -147,7 +147,7 @@ TEST(WyTcState, MmaSyncPassParityFixtureSetAndCases) {
   }
 }
 
-// v8 (the default with the exact workspace) reorders only when each wgmma group is issued and
+// v8 (GDN_WYTC_STATE=v8; the default with the exact workspace before v9) reorders only when each wgmma group is issued and
 // waited for, not what it computes: o and hT equal v6's (GDN_WYTC_STATE=v6) bit for bit, on every
 // case (partial chunks, an empty sequence, K/V 64 and 128, f32 out, vk state, tiled heads). The
 // negative control: v8 with its W^T fold on the wrong tiles differs from v6.
@@ -157,14 +157,18 @@ TEST(WyTcState, V8EqualsV6BitForBit) {
   for (const StateCase& sc : cases()) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
-    const check::ArmOutput v8 = check::run_arm(Arm::wy_tc, c, true);
-    check::ArmOutput v6, bad;
+    check::ArmOutput v8, v6, bad;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE", "v8");
+      v8 = check::run_arm(Arm::wy_tc, c, true);
+    }
     {
       testutil::ScopedEnv env("GDN_WYTC_STATE", "v6");
       v6 = check::run_arm(Arm::wy_tc, c, true);
     }
     {
-      testutil::ScopedEnv env("GDN_WYTC_WG_NEGCTL", "1");
+      testutil::ScopedEnv env("GDN_WYTC_STATE", "v8");
+      testutil::ScopedEnv neg("GDN_WYTC_WG_NEGCTL", "1");
       bad = check::run_arm(Arm::wy_tc, c, true);
     }
     ASSERT_TRUE(v8.status.ok() && v6.status.ok() && bad.status.ok())
@@ -186,9 +190,9 @@ TEST(WyTcState, V8EqualsV6BitForBit) {
   }
 }
 
-// v9 (GDN_WYTC_STATE=v9, wy_tc_state_wg9.cuh) is v8 with cheaper bookkeeping (descriptors, O
-// staging by stmatrix, o stores): the same groups, operands and fp32 operations, so o and hT equal
-// v8's (the default) bit for bit on every case. The negative control: v9 with its W^T fold on the
+// v9 (the default with the exact workspace, wy_tc_state_wg9.cuh) is v8 with cheaper bookkeeping
+// (descriptors, O staging by stmatrix, o stores): the same groups, operands and fp32 operations,
+// so o and hT equal v8's (GDN_WYTC_STATE=v8) bit for bit on every case. The negative control: v9 with its W^T fold on the
 // wrong tiles differs from v8, which also shows that v9 is the kernel that ran.
 TEST(WyTcState, V9EqualsV8BitForBit) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
@@ -196,8 +200,11 @@ TEST(WyTcState, V9EqualsV8BitForBit) {
   for (const StateCase& sc : cases()) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
-    const check::ArmOutput v8 = check::run_arm(Arm::wy_tc, c, true);
-    check::ArmOutput v9, bad;
+    check::ArmOutput v8, v9, bad;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE", "v8");
+      v8 = check::run_arm(Arm::wy_tc, c, true);
+    }
     {
       testutil::ScopedEnv env("GDN_WYTC_STATE", "v9");
       v9 = check::run_arm(Arm::wy_tc, c, true);

@@ -1383,7 +1383,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   const bool v8 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
-  const bool v9 = v8 && env_is("GDN_WYTC_STATE", "v9");  // v8 with fewer instructions, same bits
+  // v9 (the default here): v8 with fewer instructions, the same bits; GDN_WYTC_STATE=v8 keeps v8.
+  const bool v9 = v8 && !env_is("GDN_WYTC_STATE", "v8");
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
