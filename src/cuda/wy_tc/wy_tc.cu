@@ -433,8 +433,8 @@ struct StateParams {
   int HK;        // key heads: the exact workspace's Q and K^T tiles are per (chunk, key head)
   bool tiled;    // head map (value head h reads key head h % HK if tiled, else h / (HV / HK))
   float qk_inv;  // 1 / HK if tiled, else HK / HV (wg_qk_tile)
-  int seg_c0, seg_c1;  // v8 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
-  bool wg_negctl;  // wgmma passes only (v6, v8), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
+  int seg_c0, seg_c1;  // v9 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
+  bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
 };
@@ -1159,8 +1159,9 @@ bool env_is(const char* name, const char* value) {
 // The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
 // sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
 // capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
-// With the exact workspace format the wgmma pass is v8 (software-pipelined groups);
-// GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit for bit; A/B runs).
+// With the exact workspace format the wgmma pass is v9 (software-pipelined groups, r19: v8's
+// schedule with less bookkeeping); GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit
+// for bit; A/B runs).
 bool use_wg_state() {
 #if defined(GDN_SM90A)
   if (env_is("GDN_WYTC_STATE", "v5")) return false;
@@ -1256,7 +1257,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   const int chunk_v = chunk_variant(pr, a);
   const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
-  // Overlapped passes (see below): one sequence, the v8 state pass, and state blocks that leave
+  // Overlapped passes (see below): one sequence, the v9 state pass, and state blocks that leave
   // at least half of the SMs to the chunk kernels; segments of >= 16 chunks, at most 8. By
   // default from 256 chunks (T >= 16384) on: r13 (ab693ee, qwen3-next) measured 1.775 against
   // 2.125 ms at T = 32768, but 0.553 / 0.531 at 8192 and 0.319 / 0.277 at 4096 (the per-segment
@@ -1265,12 +1266,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   // with the carry dropped (negative control).
   const int state_blocks = static_cast<int>(std::min<std::int64_t>(
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
-  const bool want_v8 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  const bool want_v9 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + 7) / 8);
   const int nseg = static_cast<int>((NC + seg - 1) / seg);
   const bool overlap_negctl = env_is("GDN_WYTC_OVERLAP", "negctl");
   const bool overlap_forced = overlap_negctl || env_is("GDN_WYTC_OVERLAP", "1");
-  const bool overlap = want_v8 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
+  const bool overlap = want_v9 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
                        (NC >= 256 || overlap_forced) && 2 * state_blocks <= sm_count();
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
@@ -1382,9 +1383,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
-  const bool v8 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
-  // v9 (the default here): v8 with fewer instructions, the same bits; GDN_WYTC_STATE=v8 keeps v8.
-  const bool v9 = v8 && !env_is("GDN_WYTC_STATE", "v8");
+  // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
+  const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
@@ -1401,9 +1401,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
     if (v9)
       return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg9 launch");
-    if (v8)
-      return go(wy_tc_state_kernel_wg8<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
-                "wy_tc_state_kernel_wg8 launch");
     if (wg && exact_ws)
       return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg launch");

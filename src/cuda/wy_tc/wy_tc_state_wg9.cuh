@@ -1,12 +1,28 @@
-// v9: the v8 state pass (wy_tc_state_kernel_wg8, wy_tc_state_wgmma.cuh) with fewer instructions
-// per chunk. Included at the end of wy_tc_state_wgmma.cuh (so inside wy_tc.cu's anonymous
-// namespace, after everything it uses: wg::, StateSmemWg, wg_issue_a / _b, wg_stage_o,
-// wg_store_o, load_state, store_state, acc_to_a).
+// v9 state pass (the default with the exact workspace on sm_90a): the v6 pass (exact format)
+// with its wgmma groups software-pipelined (the schedule of v8, measured in r11-r18 and removed
+// after r19) and with less bookkeeping per chunk (helper-26). Included at the end of
+// wy_tc_state_wgmma.cuh (so inside wy_tc.cu's anonymous namespace, after everything it uses:
+// wg::, StateSmemWg, wg_issue_a / _b, wg_stage_o, wg_store_o, load_state, store_state, acc_to_a).
 //
-// v8 is bound by instruction issue (one warpgroup per SM, ~1240 instructions per warp and chunk
-// against ~2.2K tensor cycles of wgmma). v9 issues the same wgmma groups in the same order, on the
-// same operands, and does the same fp32 arithmetic on every value; what changes is the
-// bookkeeping around them:
+// Schedule. v6 ran each chunk as
+//   split S^T | X, OS groups | Vn, splits | wait OS, eq | ST + OP group | wait all |
+//   stage O, barrier, store o
+// and the r8 profile showed the tensor pipe busy ~2.2K of ~5.0K cycles per chunk with one warp per
+// scheduler: every "|" above left it idle. The pipelined pass issues four groups per chunk c, each
+// while the previous one runs, and does the non-MMA work in their shadow:
+//   X(c) = S^T W^T          meanwhile: O epilogue of chunk c - 1 (stage, barrier, store o)
+//   OS(c) = S^T Q^T         meanwhile: Vn^T = U^T - X (after X), D = Vn^T diag(ed) split (dh, dl)
+//   ST(c): S^T += D K       meanwhile: Vn^T split (vh, vl); after OS: O^T *= eq; barrier;
+//                                      tiles A of chunk c + NBUF
+//   OP(c): O^T += Vn^T P^T  meanwhile: after ST: next chunk's S^T split, S^T *= exp(G_C(c + 1))
+// Every group completes inside its iteration (wait<0> at the end): ptxas does not follow a
+// group in flight across the loop edge and serialises all wgmma of the loop if one is (checked:
+// C7514/C7517 diagnostics), and it also serialises when S^T is rescaled while a group runs
+// (so the rescale sits next to the split). Same products, operands and fp32 accumulation order
+// per product as v6, so o and hT equal v6 bit for bit (test WyTcState.V9EqualsV6BitForBit).
+//
+// Bookkeeping (v9 against v8, bit for bit equal in r19 on every state case; 1191 -> 920 SASS
+// instructions per warp and chunk at bf16 out, K = V = 128; 320 -> 290 us at T = 8192):
 //   - wgmma smem descriptors: v8 rebuilds each one from its address (wg::desc: mask, shift, or,
 //     64-bit pack, 5-8 instructions, in vector registers for the B tiles, then R2UR per use). v9
 //     forms the descriptor's low word of each buffer's tile bases once per chunk and adds the tile
@@ -21,8 +37,6 @@
 //     precomputed address (2-byte out: row-predicated by len; fp32 out: whole chunks only)
 //     instead of wg_store_o's div/mod loop, which still serves the other cases (the element path
 //     where o rows are not 16-byte aligned, fp32 partial chunks).
-// Bit-for-bit equal to v8 (test WyTcState.V9EqualsV8BitForBit): every wgmma and every fp32
-// operation on data is v8's; only addresses, descriptors' arithmetic and store instructions differ.
 #pragma once
 
 // Low 32 bits of a wgmma descriptor -> the descriptor (high word: SBO 128 bytes, as wg::desc).
@@ -88,8 +102,7 @@ __device__ __forceinline__ void wg9_stage_o(const std::uint32_t (&opk)[Cfg::kChu
 #endif
 }
 
-// v9 = v8 with cheaper bookkeeping (see the top of this file); the schedule, the groups and every
-// arithmetic operation on data are v8's, in v8's order.
+// v9: see the top of this file.
 template <typename TOut, int K, int V>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
