@@ -139,5 +139,9 @@ const char* version();
 // with GDN_SCRATCH_POOL=device in the environment allocate from the device's current pool
 // instead (its release policy applies). Without CUDA in the build: Ok, nothing to do.
 Status release_scratch();
+// Bytes of device memory the scratch pool of the current device holds (workspace of calls in
+// flight plus what it keeps cached); 0 before the first GPU call, without CUDA, or where
+// GDN_SCRATCH_POOL=device made the calls use the device's pool.
+std::uint64_t scratch_cached_bytes();
 
 }  // namespace gdn

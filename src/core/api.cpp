@@ -25,6 +25,14 @@ Status release_scratch() {
 #endif
 }
 
+std::uint64_t scratch_cached_bytes() {
+#ifdef GDN_WITH_CUDA
+  return detail::cuda_scratch_reserved();
+#else
+  return 0;
+#endif
+}
+
 const char* to_string(DType d) {
   switch (d) {
     case DType::f32: return "f32";

@@ -51,6 +51,7 @@ Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s)
 bool cuda_wy_tc_supports(const Problem& p, std::string* why);
 // gdn::release_scratch (src/cuda/common/scratch_pool.cu).
 Status cuda_release_scratch();
+std::uint64_t cuda_scratch_reserved();  // gdn::scratch_cached_bytes
 #endif
 
 // `auto` on a GPU: the arm measured fastest for this device and geometry (src/core/auto.cpp).

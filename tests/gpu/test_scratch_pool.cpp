@@ -1,7 +1,9 @@
 // The GPU arms' scratch pool (src/cuda/common/scratch_pool.cu): the workspace of a call stays
 // cached across a synchronisation (the next call does not map it again), gdn::release_scratch()
 // returns it to the driver, and GDN_SCRATCH_POOL=device (the device's default pool, which trims
-// at every synchronisation) is the negative control: nothing stays cached there.
+// at every synchronisation) is the negative control: that pool serves the call and keeps nothing.
+// Measured with the pools' own counters (per process), not the device's free memory, which other
+// processes change (ctest runs the GPU tests in parallel: r20 failed the free-memory version).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -14,46 +16,67 @@
 
 namespace {
 
-std::int64_t free_bytes() {
-  std::size_t f = 0, t = 0;
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) return -1;
-  return static_cast<std::int64_t>(f);
+std::uint64_t device_pool_attr(cudaMemPoolAttr a) {
+  int dev = 0;
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, a, &v) != cudaSuccess)
+    return ~std::uint64_t{0};
+  return v;
+}
+bool reset_device_pool_high() {
+  int dev = 0;
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t zero = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess &&
+         cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero) == cudaSuccess;
 }
 
 TEST(ScratchPool, CachedAcrossSynchronisationReleasedOnRequest) {
   using namespace gdn;
-  // wy-tc's workspace here: 128 chunks x 12 value heads x ~90 KiB, ~140 MB (serial's would be
-  // too small to see in cudaMemGetInfo's 2 MiB pages).
+  constexpr std::uint64_t MiB = 1 << 20;
+  // wy-tc's workspace here: 128 chunks x 12 value heads x ~90 KiB, ~140 MB.
   check::CaseSpec s = testutil::spec_of({8192}, 2, 12, 128, 128);
   const check::Case c = check::make_case(s, 41);
-  const check::ArmOutput warm = check::run_arm(Arm::wy_tc, c, true);  // modules loaded
-  ASSERT_TRUE(warm.status.ok()) << warm.status.message();
-  ASSERT_EQ(warm.ran, Arm::wy_tc);
   ASSERT_TRUE(release_scratch().ok());
-  const std::int64_t f0 = free_bytes();
-  ASSERT_GT(f0, 0);
-
-  const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
+  const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);  // synchronises
   ASSERT_TRUE(a.status.ok()) << a.status.message();
-  const std::int64_t f1 = free_bytes();
+  ASSERT_EQ(a.ran, Arm::wy_tc);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::uint64_t kept = scratch_cached_bytes();
   ASSERT_TRUE(release_scratch().ok());
-  const std::int64_t f2 = free_bytes();
-  std::int64_t f3 = 0;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::uint64_t after_release = scratch_cached_bytes();
+
+  // Negative control: the device's default pool serves the call (its high-water mark rises by
+  // the workspace) and keeps nothing past the synchronisation; the library's pool is not used.
+  ASSERT_TRUE(reset_device_pool_high());
+  const std::uint64_t dev_before = device_pool_attr(cudaMemPoolAttrReservedMemCurrent);
   {
-    testutil::ScopedEnv env("GDN_SCRATCH_POOL", "device");  // negative control
+    testutil::ScopedEnv env("GDN_SCRATCH_POOL", "device");
     const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
     ASSERT_TRUE(b.status.ok()) << b.status.message();
-    f3 = free_bytes();
     ASSERT_EQ(testutil::first_bit_difference(a.o, b.o), -1) << "the pool changed the result";
   }
-  constexpr std::int64_t MiB = 1 << 20;
-  std::printf("scratch pool: cached after sync %lld MiB, after release %lld MiB, "
-              "device pool after sync %lld MiB\n",
-              static_cast<long long>((f0 - f1) / MiB), static_cast<long long>((f0 - f2) / MiB),
-              static_cast<long long>((f0 - f3) / MiB));
-  EXPECT_GE(f0 - f1, 64 * MiB) << "the workspace was not kept across the synchronisation";
-  EXPECT_LE(f0 - f2, 16 * MiB) << "release_scratch() did not return the cached workspace";
-  EXPECT_LE(f0 - f3, 16 * MiB) << "the device pool kept memory past a synchronisation";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::uint64_t dev_high = device_pool_attr(cudaMemPoolAttrReservedMemHigh);
+  const std::uint64_t dev_after = device_pool_attr(cudaMemPoolAttrReservedMemCurrent);
+  const std::uint64_t lib_after_control = scratch_cached_bytes();
+  std::printf("scratch pool: kept after sync %llu MiB, after release %llu MiB; device pool: "
+              "peak %llu MiB, kept %llu MiB (before %llu); library pool during it %llu MiB\n",
+              static_cast<unsigned long long>(kept / MiB),
+              static_cast<unsigned long long>(after_release / MiB),
+              static_cast<unsigned long long>(dev_high / MiB),
+              static_cast<unsigned long long>(dev_after / MiB),
+              static_cast<unsigned long long>(dev_before / MiB),
+              static_cast<unsigned long long>(lib_after_control / MiB));
+  EXPECT_GE(kept, 64 * MiB) << "the workspace was not kept across the synchronisation";
+  EXPECT_EQ(after_release, 0u) << "release_scratch() did not return the cached workspace";
+  EXPECT_GE(dev_high, 64 * MiB) << "negative control: the device pool did not serve the call";
+  EXPECT_LE(dev_after, dev_before + 16 * MiB) << "the device pool kept the workspace";
+  EXPECT_EQ(lib_after_control, 0u) << "GDN_SCRATCH_POOL=device still used the library pool";
 }
 
 }  // namespace

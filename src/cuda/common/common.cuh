@@ -49,6 +49,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 cudaMemPool_t scratch_pool();
 // Returns the cached memory of every device's scratch pool to the driver.
 Status release_scratch_all();
+// Reserved bytes of the current device's scratch pool (0 if it has none).
+std::uint64_t scratch_reserved();
 
 // Stream-ordered scratch memory owned for the duration of one call.
 class Scratch {

@@ -66,6 +66,18 @@ cudaMemPool_t scratch_pool() {
   return pool;
 }
 
+std::uint64_t scratch_reserved() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  PoolTable& t = pool_table();
+  std::lock_guard<std::mutex> lock(t.m);
+  if (static_cast<int>(t.pools.size()) <= dev || !t.pools[dev]) return 0;
+  std::uint64_t v = 0;
+  if (cudaMemPoolGetAttribute(t.pools[dev], cudaMemPoolAttrReservedMemCurrent, &v) != cudaSuccess)
+    return 0;
+  return v;
+}
+
 Status release_scratch_all() {
   PoolTable& t = pool_table();
   std::lock_guard<std::mutex> lock(t.m);
@@ -78,4 +90,5 @@ Status release_scratch_all() {
 
 namespace gdn::detail {
 Status cuda_release_scratch() { return cuda::release_scratch_all(); }
+std::uint64_t cuda_scratch_reserved() { return cuda::scratch_reserved(); }
 }  // namespace gdn::detail
