@@ -24,47 +24,46 @@ namespace gdn::detail {
 namespace {
 
 // H200 (sm_90), K = V = 128, bf16 q/k/v, h0 in, hT out. HV 48 (qwen3.5-27b), 1 and 8 sequences
-// of 64..32768 tokens: the `gdn tune` run of 288b22a (bench/results/2026-12-03-h200-r4-288b22a-
-// tune.json). tune synchronises after every call and its WY times are ~1.3-2x the pipelined bench
-// figures (wy-tc 10.3 vs 5.4 ms at 32768; likely cause, not verified: the default memory pool
-// trims the workspace at each synchronisation and the next call maps it again); the ranking is
-// the same in both. HV 32 (qwen3-next), one sequence of 4096..131072: bench/compare.py
-// at 128eb09 (bench/results/2026-12-03-h200-compare-128eb09.jsonl). A fresh `gdn tune` file
-// (GDN_TUNE_FILE, ~/.cache/gdn) replaces this table.
+// of 64..32768 tokens: the `gdn tune` run of r20 (6daa8a8, bench/results/2026-12-03-h200-r20-
+// 6daa8a8-tune.json; tune synchronises after every call; since the scratch pool (r19) its figures
+// match the pipelined bench: wy-tc 2.41 vs 2.40 ms at 32768). HV 32 (qwen3-next), one sequence of
+// 4096..131072: bench/compare.py at 128eb09 (bench/results/2026-12-03-h200-compare-128eb09.jsonl;
+// older kernels, same ranking). A fresh `gdn tune` file (GDN_TUNE_FILE, ~/.cache/gdn) replaces
+// this table.
 const TuneTable& h200_table() {
   static const TuneTable t = [] {
     TuneTable x;
     x.device = "NVIDIA H200";
     x.sm = 90;
-    x.source = "built-in (H200: gdn tune 288b22a + compare.py 128eb09, 2026-12-03)";
+    x.source = "built-in (H200: gdn tune r20 6daa8a8 + compare.py 128eb09, 2026-12-03)";
     const struct { Arm arm; std::int64_t len, seqs, heads; double ms; } rows[] = {
-        {Arm::serial, 64, 1, 48, 0.1617}, {Arm::wy_fp32, 64, 1, 48, 0.1763},
-        {Arm::wy_tc, 64, 1, 48, 0.1358}, {Arm::serial, 128, 1, 48, 0.1706},
-        {Arm::wy_fp32, 128, 1, 48, 0.1857}, {Arm::wy_tc, 128, 1, 48, 0.1387},
-        {Arm::serial, 256, 1, 48, 0.2463}, {Arm::wy_fp32, 256, 1, 48, 0.2326},
-        {Arm::wy_tc, 256, 1, 48, 0.1685}, {Arm::serial, 512, 1, 48, 0.3771},
-        {Arm::wy_fp32, 512, 1, 48, 0.3541}, {Arm::wy_tc, 512, 1, 48, 0.2705},
-        {Arm::serial, 1024, 1, 48, 0.7074}, {Arm::wy_fp32, 1024, 1, 48, 0.6365},
-        {Arm::wy_tc, 1024, 1, 48, 0.4479}, {Arm::serial, 2048, 1, 48, 1.327},
-        {Arm::wy_fp32, 2048, 1, 48, 1.174}, {Arm::wy_tc, 2048, 1, 48, 0.7552},
-        {Arm::serial, 4096, 1, 48, 2.504}, {Arm::wy_fp32, 4096, 1, 48, 2.182},
-        {Arm::wy_tc, 4096, 1, 48, 1.362}, {Arm::serial, 8192, 1, 48, 4.864},
-        {Arm::wy_fp32, 8192, 1, 48, 4.273}, {Arm::wy_tc, 8192, 1, 48, 2.594},
-        {Arm::serial, 16384, 1, 48, 9.63}, {Arm::wy_fp32, 16384, 1, 48, 8.339},
-        {Arm::wy_tc, 16384, 1, 48, 5.112}, {Arm::serial, 32768, 1, 48, 19.12},
-        {Arm::wy_fp32, 32768, 1, 48, 16.85}, {Arm::wy_tc, 32768, 1, 48, 10.31},
-        {Arm::serial, 64, 8, 48, 0.3814}, {Arm::wy_fp32, 64, 8, 48, 0.4337},
-        {Arm::wy_tc, 64, 8, 48, 0.2894}, {Arm::serial, 128, 8, 48, 0.5773},
-        {Arm::wy_fp32, 128, 8, 48, 0.7151}, {Arm::wy_tc, 128, 8, 48, 0.4667},
-        {Arm::serial, 256, 8, 48, 0.9615}, {Arm::wy_fp32, 256, 8, 48, 1.243},
-        {Arm::wy_tc, 256, 8, 48, 0.7496}, {Arm::serial, 512, 8, 48, 1.747},
-        {Arm::wy_fp32, 512, 8, 48, 2.274}, {Arm::wy_tc, 512, 8, 48, 1.29},
-        {Arm::serial, 1024, 8, 48, 3.293}, {Arm::wy_fp32, 1024, 8, 48, 4.297},
-        {Arm::wy_tc, 1024, 8, 48, 2.419}, {Arm::serial, 2048, 8, 48, 6.372},
-        {Arm::wy_fp32, 2048, 8, 48, 8.297}, {Arm::wy_tc, 2048, 8, 48, 4.768},
-        {Arm::serial, 4096, 8, 48, 12.66}, {Arm::wy_fp32, 4096, 8, 48, 16.64},
-        {Arm::wy_tc, 4096, 8, 48, 9.483}, {Arm::serial, 8192, 8, 48, 25.1},
-        {Arm::wy_fp32, 8192, 8, 48, 33.18}, {Arm::wy_tc, 8192, 8, 48, 19.43},
+        {Arm::serial, 64, 1, 48, 0.06205}, {Arm::wy_fp32, 64, 1, 48, 0.08166},
+        {Arm::wy_tc, 64, 1, 48, 0.05126}, {Arm::serial, 128, 1, 48, 0.09616},
+        {Arm::wy_fp32, 128, 1, 48, 0.09859}, {Arm::wy_tc, 128, 1, 48, 0.05069},
+        {Arm::serial, 256, 1, 48, 0.1598}, {Arm::wy_fp32, 256, 1, 48, 0.1246},
+        {Arm::wy_tc, 256, 1, 48, 0.06144}, {Arm::serial, 512, 1, 48, 0.2877},
+        {Arm::wy_fp32, 512, 1, 48, 0.1773}, {Arm::wy_tc, 512, 1, 48, 0.08266},
+        {Arm::serial, 1024, 1, 48, 0.6098}, {Arm::wy_fp32, 1024, 1, 48, 0.295},
+        {Arm::wy_tc, 1024, 1, 48, 0.1228}, {Arm::serial, 2048, 1, 48, 1.218},
+        {Arm::wy_fp32, 2048, 1, 48, 0.5491}, {Arm::wy_tc, 2048, 1, 48, 0.1866},
+        {Arm::serial, 4096, 1, 48, 2.427}, {Arm::wy_fp32, 4096, 1, 48, 1.071},
+        {Arm::wy_tc, 4096, 1, 48, 0.3272}, {Arm::serial, 8192, 1, 48, 4.772},
+        {Arm::wy_fp32, 8192, 1, 48, 2.033}, {Arm::wy_tc, 8192, 1, 48, 0.6164},
+        {Arm::serial, 16384, 1, 48, 9.49}, {Arm::wy_fp32, 16384, 1, 48, 3.943},
+        {Arm::wy_tc, 16384, 1, 48, 1.195}, {Arm::serial, 32768, 1, 48, 18.89},
+        {Arm::wy_fp32, 32768, 1, 48, 7.827}, {Arm::wy_tc, 32768, 1, 48, 2.408},
+        {Arm::serial, 64, 8, 48, 0.2777}, {Arm::wy_fp32, 64, 8, 48, 0.2431},
+        {Arm::wy_tc, 64, 8, 48, 0.09974}, {Arm::serial, 128, 8, 48, 0.4632},
+        {Arm::wy_fp32, 128, 8, 48, 0.3502}, {Arm::wy_tc, 128, 8, 48, 0.1388},
+        {Arm::serial, 256, 8, 48, 0.8478}, {Arm::wy_fp32, 256, 8, 48, 0.5953},
+        {Arm::wy_tc, 256, 8, 48, 0.1903}, {Arm::serial, 512, 8, 48, 1.632},
+        {Arm::wy_fp32, 512, 8, 48, 1.081}, {Arm::wy_tc, 512, 8, 48, 0.3145},
+        {Arm::serial, 1024, 8, 48, 3.19}, {Arm::wy_fp32, 1024, 8, 48, 2.068},
+        {Arm::wy_tc, 1024, 8, 48, 0.5645}, {Arm::serial, 2048, 8, 48, 6.305},
+        {Arm::wy_fp32, 2048, 8, 48, 3.967}, {Arm::wy_tc, 2048, 8, 48, 1.092},
+        {Arm::serial, 4096, 8, 48, 12.61}, {Arm::wy_fp32, 4096, 8, 48, 7.88},
+        {Arm::wy_tc, 4096, 8, 48, 2.219}, {Arm::serial, 8192, 8, 48, 24.98},
+        {Arm::wy_fp32, 8192, 8, 48, 15.65}, {Arm::wy_tc, 8192, 8, 48, 4.354},
         {Arm::serial, 4096, 1, 32, 2.278}, {Arm::wy_fp32, 4096, 1, 32, 1.326},
         {Arm::wy_tc, 4096, 1, 32, 0.614}, {Arm::serial, 8192, 1, 32, 4.526},
         {Arm::wy_fp32, 8192, 1, 32, 2.62}, {Arm::wy_tc, 8192, 1, 32, 1.175},
