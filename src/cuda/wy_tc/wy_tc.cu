@@ -1236,6 +1236,9 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
 template <int K, int V>
 Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   constexpr int C = Cfg::kChunk;
+  // wg_qk_tile finds a value head's key head in fp32, exact below 2^22 heads: checked before any
+  // work is queued.
+  if (pr.HV >= (1 << 22)) return Status::Unsupported("wy-tc: more than 2^22 value heads");
   cudaStream_t st = cuda::stream_of(a);
   // Chunk table built on the device (cuda/common/chunk_table.cuh): no pageable copy, no host
   // sync, so the call can be captured into a CUDA graph. Chunks never cross sequences.
@@ -1377,7 +1380,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
   sp.HK = pr.HK;
   sp.tiled = pr.head_map == HeadMap::tiled;
   sp.qk_inv = 1.f / static_cast<float>(sp.tiled ? pr.HK : pr.HV / pr.HK);
-  if (pr.HV >= (1 << 22)) return Status::Unsupported("wy-tc: more than 2^22 value heads");
   sp.ws = ws;
   const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
   if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");

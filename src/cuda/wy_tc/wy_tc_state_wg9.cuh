@@ -116,18 +116,11 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   extern __shared__ __align__(128) unsigned char smem_wg[];
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = cuda::smem_u32(smem_wg);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2 * NBUF; ++i) cuda::mbar_init(&bar[i], 1);
-    cuda::mbar_init_fence();
-  }
-  __syncthreads();
-
-  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
-  const int lane = threadIdx.x & 31, tig = lane & 3, warp = threadIdx.x >> 5;
-  const int v0 = slice * VS + warp * 16;
-  const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
   float st[K / 8][4];
-  load_state<K, V>(st, p, nh, v0);
+  const WgBlock wb = wg_begin<K, V>(p, bar, st);
+  const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
+  const int v0 = wb.v0;
+  const std::int64_t nh = wb.nh;
 
   constexpr unsigned lC = C * 16u, lK = K * 16u;
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
@@ -248,26 +241,14 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::keep(xw);
     const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
-#pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt) {
-      const float4 u4 = sU[nt * 128 + warp * 32 + lane];
-      vn[nt][0] = u4.x - xw[nt][0];
-      vn[nt][1] = u4.y - xw[nt][1];
-      vn[nt][2] = u4.z - xw[nt][2];
-      vn[nt][3] = u4.w - xw[nt][3];
-    }
+    wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
     std::uint32_t dh[C / 16][4], dl[C / 16][4];
     {
       const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
                                                         Sm::oEd);
       float dn[C / 8][4];
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt) {
-        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
-        dn[nt][0] = vn[nt][0] * e2.x, dn[nt][1] = vn[nt][1] * e2.y;
-        dn[nt][2] = vn[nt][2] * e2.x, dn[nt][3] = vn[nt][3] * e2.y;
-      }
+      wg_scale_cols(dn, vn, sEd, tig);
 #pragma unroll
       for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], dn, kc);
     }
@@ -290,11 +271,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::keep(ot);
     {  // O^T columns (tokens) scaled by eq before the P fold adds in
       const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt) {
-        const float2 e2 = *reinterpret_cast<const float2*>(sEq + nt * 8 + 2 * tig);
-        ot[nt][0] *= e2.x, ot[nt][1] *= e2.y, ot[nt][2] *= e2.x, ot[nt][3] *= e2.y;
-      }
+      wg_scale_cols(ot, ot, sEq, tig);
     }
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
     __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free

@@ -254,6 +254,58 @@ __device__ __forceinline__ void wg_store_o(const StateParams& p, const unsigned 
   }
 }
 
+// Vn^T = U^T - X in the accumulator layout (U slice in ws_u order: this lane's four values of
+// n-tile nt are float4 number nt * 128 + 32 warp + lane).
+__device__ __forceinline__ void wg_vn(float (&vn)[Cfg::kChunk / 8][4],
+                                      const float (&xw)[Cfg::kChunk / 8][4], const float4* sU,
+                                      int warp, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kChunk / 8; ++nt) {
+    const float4 u4 = sU[nt * 128 + warp * 32 + lane];
+    vn[nt][0] = u4.x - xw[nt][0];
+    vn[nt][1] = u4.y - xw[nt][1];
+    vn[nt][2] = u4.z - xw[nt][2];
+    vn[nt][3] = u4.w - xw[nt][3];
+  }
+}
+// dst = src diag(vec): accumulator columns (tokens) scaled by a per-token fp32 vector in shared
+// memory (eq, ed); dst may be src.
+__device__ __forceinline__ void wg_scale_cols(float (&dst)[Cfg::kChunk / 8][4],
+                                              const float (&src)[Cfg::kChunk / 8][4],
+                                              const float* vec, int tig) {
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kChunk / 8; ++nt) {
+    const float2 e2 = *reinterpret_cast<const float2*>(vec + nt * 8 + 2 * tig);
+    dst[nt][0] = src[nt][0] * e2.x, dst[nt][1] = src[nt][1] * e2.y;
+    dst[nt][2] = src[nt][2] * e2.x, dst[nt][3] = src[nt][3] * e2.y;
+  }
+}
+
+// The start of a wgmma state pass: thread 0 initialises the block's mbarriers (one per tile
+// buffer), the block's place is decoded (one warpgroup = sequence n, value head h, 64 columns
+// `slice` of V; warp w holds S^T rows v0 .. v0 + 15), and S^T is loaded from h0 (or zeroed).
+struct WgBlock {
+  int slice, h, n, lane, tig, warp, v0;
+  std::int64_t nh;  // (sequence, value head) of h0 / hT
+};
+template <int K, int V, int NB>
+__device__ __forceinline__ WgBlock wg_begin(const StateParams& p, std::uint64_t (&bar)[NB],
+                                            float (&st)[K / 8][4]) {
+  constexpr int VS = SCfg::kVSlice, NS = V / VS;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NB; ++i) cuda::mbar_init(&bar[i], 1);
+    cuda::mbar_init_fence();
+  }
+  __syncthreads();
+  WgBlock b;
+  b.slice = blockIdx.x % NS, b.h = (blockIdx.x / NS) % p.HV, b.n = blockIdx.x / (NS * p.HV);
+  b.lane = threadIdx.x & 31, b.tig = b.lane & 3, b.warp = threadIdx.x >> 5;
+  b.v0 = b.slice * VS + b.warp * 16;
+  b.nh = static_cast<std::int64_t>(b.n) * p.HV + b.h;
+  load_state<K, V>(st, p, b.nh, b.v0);
+  return b;
+}
+
 // The v5 state pass (wy_tc_state_kernel) with wgmma folds; see the top of this file. kExact:
 // the workspace carries Q and K^T themselves (exact bf16) plus the vectors eq, ed: O^T =
 // (S^T Q^T) diag(eq) + Vn^T P^T and S^T' = exp(G_C) S^T + (Vn^T diag(ed)) K, two wgmma per
@@ -268,18 +320,11 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
   extern __shared__ __align__(128) unsigned char smem_wg[];
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = cuda::smem_u32(smem_wg);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2 * NBUF; ++i) cuda::mbar_init(&bar[i], 1);
-    cuda::mbar_init_fence();
-  }
-  __syncthreads();
-
-  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
-  const int lane = threadIdx.x & 31, tig = lane & 3, warp = threadIdx.x >> 5;
-  const int v0 = slice * VS + warp * 16;
-  const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
   float st[K / 8][4];
-  load_state<K, V>(st, p, nh, v0);
+  const WgBlock wb = wg_begin<K, V>(p, bar, st);
+  const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
+  const int v0 = wb.v0;
+  const std::int64_t nh = wb.nh;
 
   // Descriptor strides: a tile of NR rows has LBO = NR * 16 and advances NR * 32 bytes per k16.
   constexpr unsigned lC = C * 16u, lK = K * 16u, kSbo = 128u;
@@ -339,14 +384,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::keep(xw);
     const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T, element (v, c) of this lane's slots
-#pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt) {
-      const float4 u4 = sU[nt * 128 + warp * 32 + lane];
-      vn[nt][0] = u4.x - xw[nt][0];
-      vn[nt][1] = u4.y - xw[nt][1];
-      vn[nt][2] = u4.z - xw[nt][2];
-      vn[nt][3] = u4.w - xw[nt][3];
-    }
+    wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
     std::uint32_t vh[C / 16][4], vl[C / 16][4];
 #pragma unroll
@@ -355,11 +393,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     if constexpr (kExact) {
       const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
                                                         Sm::oEd);
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt) {
-        const float2 e2 = *reinterpret_cast<const float2*>(sEd + nt * 8 + 2 * tig);
-        vn[nt][0] *= e2.x, vn[nt][1] *= e2.y, vn[nt][2] *= e2.x, vn[nt][3] *= e2.y;
-      }
+      wg_scale_cols(vn, vn, sEd, tig);
 #pragma unroll
       for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], vn, kc);
     }
@@ -371,11 +405,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(State
     wg::keep(ot);
     if constexpr (kExact) {  // O^T columns (tokens) scaled by eq before the P fold adds in
       const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt) {
-        const float2 e2 = *reinterpret_cast<const float2*>(sEq + nt * 8 + 2 * tig);
-        ot[nt][0] *= e2.x, ot[nt][1] *= e2.y, ot[nt][2] *= e2.x, ot[nt][3] *= e2.y;
-      }
+      wg_scale_cols(ot, ot, sEq, tig);
     }
     __syncthreads();  // every warp is done with tiles A (its wgmmas completed at wait<0>)
     if (cg + NBUF < c_end && threadIdx.x == 0) issue_a(cg + NBUF);
