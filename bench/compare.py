@@ -14,6 +14,21 @@ Accuracy: relative RMS of o and of the final state against an fp64 recurrence on
 One JSON line per (case, implementation) in DESIGN.md §7 form; a peer or arm that cannot run gets
 a line with "error" saying why (import failure, unsupported, exception), so the record says which
 peers were not run.
+
+Peers on the GPU machine (no network): FlashQLA 0.1.3 (TileLang) and FlashInfer 0.7.2.post1 (its
+sm90 GDN prefill is a CuTe-DSL kernel) travel as wheels: scripts/peer_wheels.sh here, the .peer/pN
+folders carried one a call, scripts/peer_install.sh there, then the PYTHONPATH it prints. Their
+first call compiles (TileLang through nvcc, CuTe DSL in process): see first_call_ms. Adapters:
+  FlashQLA   our layouts as they are: q, k [1, T, HK, K], v [1, T, HV, V], log-space g and beta
+             fp32 [1, T, HV], h0 and hT fp32 [N, HV, K, V], int64 cu_seqlens; returns (o, hT);
+             run in inference mode with enable_fwd_cp_cache=False; its intra-card CP is its own
+             default (auto_cp).
+  FlashInfer tokens packed [T, H, K]; g is the linear decay alpha = exp(g); state [N, HV, V, K]
+             (h0 transposed in, hT transposed back; alpha and the h0 copy made once per case, not
+             timed); GVA needs num_q_heads = num_k_heads, value head h reading key head
+             h // (HV / HK) as ours does; its default use_cp="auto" runs its context-parallel
+             kernels when N * HV < SMs / 2 (every single-sequence case here on an H200) and the
+             one-pass kernel otherwise.
 """
 from __future__ import annotations
 
@@ -148,6 +163,9 @@ def peer_impls(args, errors):
     """Peers that import; for the others an entry in `errors` saying why."""
     out = []
     if "fla" in args.peers:
+        # fla 0.6 hands chunk_gated_delta_rule to its FlashQLA backend whenever flash_qla imports
+        # (r24 measured FlashQLA twice that way); "fla" here means fla's own Triton kernels.
+        os.environ.setdefault("FLA_FLASH_QLA", "0")
         try:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
             from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_rec
@@ -168,29 +186,49 @@ def peer_impls(args, errors):
             errors.append(("fla", "chunk", f"import failed: {type(e).__name__}: {e}"))
     if "flashinfer" in args.peers:
         try:
+            import flashinfer
+            import flashinfer.gdn_kernels as fi_kernels
             from flashinfer.gdn_prefill import chunk_gated_delta_rule as fi_chunk
+            if fi_kernels.chunk_gated_delta_rule_sm90 is None:
+                # flashinfer imports without its sm90 CuTe-DSL kernel when nvidia-cutlass-dsl is
+                # missing or broken (gdn_kernels/__init__.py swallows the error): show the cause.
+                import flashinfer.gdn_kernels.delta_rule_dsl.delta_rule_sm90  # noqa: F401
+                raise ImportError("flashinfer.gdn_kernels.chunk_gated_delta_rule_sm90 is None")
+            ver = getattr(flashinfer, "__version__", "?")
 
             def run_fi(x):
-                # FlashInfer: tokens packed [T, H, K]; decay passed as alpha = exp(g) (its
-                # default gate_domain="linear"); state layout [N, HV, V, K].
-                N, HV, K, V = x["h0"].shape
-                h0_vk = x["h0"].transpose(-1, -2).contiguous()
-                state = torch.empty_like(h0_vk)
-                o, hT = fi_chunk(x["q"][0], x["k"][0], x["v"][0], torch.exp(x["g"][0]),
-                                 x["beta"][0].contiguous(), None, h0_vk, True, x["cu"],
-                                 output_state=state)
+                # FlashInfer's formats, made once per case outside the timed work: decay as
+                # alpha = exp(g) (linear), state [N, HV, V, K]; max_seqlen is its host-side
+                # bound for the CP grid (the default, total tokens, is loose for varlen).
+                if "_fi" not in x:
+                    cu = x["cu_cpu"]
+                    x["_fi"] = (torch.exp(x["g"][0]).contiguous(), x["beta"][0].contiguous(),
+                                x["h0"].transpose(-1, -2).contiguous(),
+                                int((cu[1:] - cu[:-1]).max()))
+                alpha, beta, h0_vk, max_len = x["_fi"]
+                with torch.inference_mode():
+                    o, hT = fi_chunk(x["q"][0], x["k"][0], x["v"][0], alpha, beta,
+                                     scale=x["q"].shape[-1] ** -0.5, initial_state=h0_vk,
+                                     output_final_state=True, cu_seqlens=x["cu"],
+                                     max_seqlen=max_len)
                 return o.unsqueeze(0), hT.transpose(-1, -2)
-            out.append(("flashinfer", "chunk", run_fi))
+            out.append(("flashinfer", f"chunk-{ver}", run_fi))
         except Exception as e:  # noqa: BLE001
             errors.append(("flashinfer", "chunk", f"import failed: {type(e).__name__}: {e}"))
     if "flashqla" in args.peers:
         try:
+            import flash_qla
             from flash_qla import chunk_gated_delta_rule as qla_chunk
+            ver = getattr(flash_qla, "__version__", "?")
 
             def run_qla(x):
-                return qla_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"],
-                                 output_final_state=True, cu_seqlens=x["cu"])
-            out.append(("flashqla", "chunk", run_qla))
+                # Our layouts as they are; inference mode, so nothing is kept for a backward.
+                with torch.inference_mode():
+                    return qla_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"],
+                                     scale=x["q"].shape[-1] ** -0.5, initial_state=x["h0"],
+                                     output_final_state=True, cu_seqlens=x["cu"],
+                                     enable_fwd_cp_cache=False)
+            out.append(("flashqla", f"chunk-{ver}", run_qla))
         except Exception as e:  # noqa: BLE001
             errors.append(("flashqla", "chunk", f"import failed: {type(e).__name__}: {e}"))
     return out
