@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "gdn/gdn.hpp"
@@ -23,6 +24,15 @@ namespace gdn {
 // small combine. segments == 1 is exactly prefill. Limits: 1 <= segments <= 1024.
 Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm = Arm::automatic,
                   RunInfo* info = nullptr);
+
+// Caller-provided workspace (PrefillArgs::workspace, gdn.hpp) for the cp entry points below: the
+// call's own buffers (states, maps) and its internal prefill calls all come from it, with the same
+// rules (device memory, kWorkspaceAlignment, valid until the stream's work completes, not shared
+// between concurrent calls). These return the bytes the matching call needs (its host logic run
+// without any work; the call checks the same number before it runs anything); 0 on the host.
+// segments == 1: prefill_workspace_bytes.
+Status prefill_cp_workspace_bytes(const Problem& p, const PrefillArgs& a, int segments,
+                                  Arm arm, std::uint64_t* bytes);
 
 // ---- Multi-GPU context parallelism: rank r of `ranks` holds the r-th segment of every sequence
 // (its own packed tokens and cu_seqlens, the same N on every rank). h0 is read on rank 0 only, hT
@@ -43,11 +53,20 @@ Status cp_rank_maps(const Problem& p, const PrefillArgs& a, int rank, int ranks,
 Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
                       const float* gathered, RunInfo* info = nullptr);
 
+// Workspace bytes for rank r's cp_rank_maps and cp_rank_finish (one size for both: the larger);
+// each of the two checks its workspace against it.
+Status cp_rank_workspace_bytes(const Problem& p, const PrefillArgs& a, int rank, int ranks,
+                               Arm arm, std::uint64_t* bytes);
+
 // The whole multi-GPU step over an NCCL communicator (ncclComm_t passed as void*): cp_rank_maps,
 // ncclAllGather of the maps on a.stream, cp_rank_finish. Returns Unsupported when this build has no
 // NCCL (nccl.h not found at configure time) or libnccl.so.2 cannot be loaded at run time.
 Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p, const PrefillArgs& a,
                        Arm arm = Arm::automatic, RunInfo* info = nullptr);
+// Workspace bytes for prefill_cp_nccl: the gathered maps (padded to 256 bytes), then
+// cp_rank_workspace_bytes. Unsupported where prefill_cp_nccl is.
+Status prefill_cp_nccl_workspace_bytes(int rank, int ranks, const Problem& p,
+                                       const PrefillArgs& a, Arm arm, std::uint64_t* bytes);
 bool nccl_available(std::string* why = nullptr);
 
 }  // namespace gdn

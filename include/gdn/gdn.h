@@ -23,7 +23,11 @@
 extern "C" {
 #endif
 
-#define GDN_ABI_VERSION 1
+/* 2: gdn_prefill_args gained workspace and workspace_bytes at its end (zeroed by
+ * gdn_prefill_args_init or = {0}: no workspace, as before). */
+#define GDN_ABI_VERSION 2
+/* Alignment of gdn_prefill_args.workspace (bytes). */
+#define GDN_WORKSPACE_ALIGNMENT 256
 
 enum gdn_dtype { GDN_F32 = 0, GDN_F16 = 1, GDN_BF16 = 2 };
 enum gdn_head_map { GDN_HEAD_MAP_GROUPED = 0, GDN_HEAD_MAP_TILED = 1 };
@@ -80,6 +84,11 @@ typedef struct gdn_prefill_args {
   int32_t on_device;                /* non-zero: all tensors are CUDA device memory */
   int32_t check_values;             /* non-zero: scan inputs for NaN/Inf and ranges first */
   void* stream;                     /* cudaStream_t; NULL = default stream */
+  /* Caller-provided device workspace for the GPU arms (NULL: the library's pool): at least
+   * gdn_prefill_workspace_bytes() bytes of device memory, GDN_WORKSPACE_ALIGNMENT-aligned, valid
+   * until the work queued on `stream` completes, not shared between concurrent calls. */
+  void* workspace;
+  uint64_t workspace_bytes; /* size of workspace; 0 when it is NULL */
 } gdn_prefill_args;
 
 /* Fills p with the geometry, grouped head map, scale K^-1/2, no l2norm, [K, V] state. */
@@ -97,6 +106,11 @@ int gdn_prefill(const gdn_problem* p, const gdn_prefill_args* a, int32_t arm, in
                 char* msg, size_t msg_size);
 /* Checks shapes, dtypes, strides and cu_seqlens without touching data (gdn::validate). */
 int gdn_validate(const gdn_problem* p, const gdn_prefill_args* a, char* msg, size_t msg_size);
+/* The device workspace bytes gdn_prefill(p, a, arm, ...) needs (gdn::prefill_workspace_bytes):
+ * same arm resolution, same sizing code as the launch, 0 for the cpu arm; pass the arguments of
+ * the call (no data is read). `bytes` receives it (0 on an error). Returns an enum gdn_status. */
+int gdn_prefill_workspace_bytes(const gdn_problem* p, const gdn_prefill_args* a, int32_t arm,
+                                uint64_t* bytes, char* msg, size_t msg_size);
 
 /* The message of this thread's last failed call ("" after a successful one). */
 const char* gdn_last_error(void);

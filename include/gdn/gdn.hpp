@@ -97,7 +97,18 @@ struct PrefillArgs {
   bool on_device = false;    // true: every tensor is CUDA device memory (GPU arms)
   bool check_values = true;  // scan inputs for NaN/Inf, g > 0 and beta outside [0, 1] first
   void* stream = nullptr;    // cudaStream_t for the GPU arms; null = default stream
+  // Caller-provided device workspace for the GPU arms (as cuBLASLt / FlashInfer take one): when
+  // set, the call takes all of its device scratch from it and allocates nothing (null: the
+  // library's scratch pool, see release_scratch). At least prefill_workspace_bytes() bytes of
+  // device memory, kWorkspaceAlignment-aligned, on_device = true; it must stay valid until the
+  // work queued on `stream` has completed, and two calls that may run concurrently (other
+  // streams, other threads) must not share one. Its contents before and after are unspecified.
+  void* workspace = nullptr;
+  std::uint64_t workspace_bytes = 0;  // size of `workspace`; 0 when it is null
 };
+
+// Alignment PrefillArgs::workspace must have (bytes).
+inline constexpr std::uint64_t kWorkspaceAlignment = 256;
 
 struct RunInfo {
   Arm requested = Arm::automatic;
@@ -111,8 +122,22 @@ struct RunInfo {
 Status prefill(const Problem& p, const PrefillArgs& a, Arm arm = Arm::automatic,
                RunInfo* info = nullptr);
 
-// Checks shapes, dtypes, strides, cu_seqlens and options without touching any data.
+// Checks shapes, dtypes, strides, cu_seqlens and options without touching any data (for the
+// workspace: null with workspace_bytes > 0, set with on_device = false, misaligned, overlapping a
+// tensor; its size is checked by prefill, which knows the arm).
 Status validate(const Problem& p, const PrefillArgs& a);
+
+// The device workspace `prefill(p, a, arm)` needs, in bytes: the arm it would run resolved the
+// same way (GDN_ARM, fallbacks, the geometry; same device current), the same function that sizes
+// that arm's launch, alignment padding included; at least 4 with check_values on (the value
+// scan's flag, at the workspace's start, used before the arm runs). 0 for the cpu arm. Depends on
+// everything prefill's arm choice and kernel variants depend on: shapes, dtypes, sequence offsets
+// (host cu_seqlens, or cu_seqlens_device), check_values, the 16-byte alignment of q/k/v rows, the
+// GDN_* variant switches; so pass the arguments of the call (validated as prefill validates them;
+// no data is read). The workspace fields of `a` are not used for the size. Host only, no CUDA
+// work queued; legal during stream capture.
+Status prefill_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm arm,
+                               std::uint64_t* bytes);
 
 // What this build and machine can run.
 struct DeviceInfo {
@@ -132,12 +157,13 @@ Arm resolve_arm(Arm requested, const Problem& p, const PrefillArgs& a, std::stri
 
 const char* version();
 
-// The GPU arms take their per-call workspace (wy-tc: ~3.5 GB at 32768 tokens x 48 heads) from a
-// memory pool of this library, one per device, that keeps freed memory cached across
-// synchronisations so that the next call does not map it again. This returns the cached memory
-// of every device to the driver (memory of calls still in flight is not affected). Calls made
-// with GDN_SCRATCH_POOL=device in the environment allocate from the device's current pool
-// instead (its release policy applies). Without CUDA in the build: Ok, nothing to do.
+// Without PrefillArgs::workspace, the GPU arms take their per-call workspace (wy-tc: ~3.5 GB at
+// 32768 tokens x 48 heads) from a memory pool of this library, one per device, that keeps freed
+// memory cached across synchronisations so that the next call does not map it again. This
+// returns the cached memory of every device to the driver (memory of calls still in flight is not
+// affected). Calls made with GDN_SCRATCH_POOL=device in the environment allocate from the
+// device's current pool instead (its release policy applies). Calls with a workspace use no pool.
+// Without CUDA in the build: Ok, nothing to do.
 Status release_scratch();
 // Bytes of device memory the scratch pool of the current device holds (workspace of calls in
 // flight plus what it keeps cached); 0 before the first GPU call, without CUDA, or where

@@ -3,11 +3,13 @@
 // Registers the custom op
 //   gdn::chunk_gated_delta_rule(q, k, v, g, beta, scale?, initial_state?, output_final_state,
 //                               cu_seqlens?, cu_seqlens_cpu?, use_qk_l2norm, head_map,
-//                               state_v_first, arm) -> (o, final_state)
+//                               state_v_first, arm, workspace?) -> (o, final_state)
 // for the CPU and (in a CUDA build) CUDA dispatch keys; its fake kernel lives in Python
 // (gdn_torch/_ops.py). The op is functional: it allocates o and the final state and mutates
-// nothing, so torch.compile can trace it and CUDA graphs can capture it (no host sync on the
-// fixed-length path, the current stream is used, check_values is off on CUDA).
+// nothing but the optional `workspace` (a caller's uint8 CUDA scratch tensor, declared (a!), used
+// instead of the library's memory pool), so torch.compile can trace it and CUDA graphs can
+// capture it (no host sync on the fixed-length path, the current stream is used, check_values
+// is off on CUDA). prefill_workspace_bytes (pybind) sizes that workspace for the same arguments.
 // Also gdn::decode_step and gdn::verify_step (step_impl below), which update a state pool in
 // place and declare it in their schemas (TORCH_LIBRARY at the end of this file).
 //
@@ -105,7 +107,23 @@ void check_rank(const Tensor& t, int64_t rank, const char* name, const char* sha
                     t.dim(), " ", t.sizes());
 }
 
-std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
+// One prefill call as the library takes it: the problem, the arguments and the tensors they view
+// (the flattened inputs, o, the final state, the offsets), built by prepare_prefill for the op
+// and for its workspace query alike (same arguments, hence the same size).
+struct PrefillCall {
+  gdn::Problem p;
+  gdn::PrefillArgs a;
+  gdn::Arm arm = gdn::Arm::automatic;
+  Tensor q_f, k_f, v_f, g_f, b_f, h0, o, hT, cu_dev;
+  std::vector<int32_t> cu_host;
+  int64_t B = 0, T = 0, HV = 0, V = 0;
+#ifdef GDN_WITH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard;
+#endif
+};
+
+void prepare_prefill(
+    PrefillCall& call,
     const Tensor& q,      // [B, T, HK, K]
     const Tensor& k,      // [B, T, HK, K]
     const Tensor& v,      // [B, T, HV, V]
@@ -137,15 +155,13 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
   TORCH_CHECK_VALUE(on_device || q.is_cpu(), "gdn: tensors must be on CPU or CUDA, got ",
                     q.device());
 
-  gdn::Arm arm_e;
+  gdn::Arm& arm_e = call.arm;
   TORCH_CHECK_VALUE(gdn::parse_arm(arm, &arm_e), "gdn: unknown arm '", arm,
                     "' (auto, cpu, serial, wy-fp32, wy-tc)");
-  const gdn::Problem p =
-      make_problem(HK, HV, K, V, head_map, scale, use_qk_l2norm, state_v_first);
+  call.p = make_problem(HK, HV, K, V, head_map, scale, use_qk_l2norm, state_v_first);
 
 #ifdef GDN_WITH_CUDA
-  std::optional<c10::cuda::CUDAGuard> guard;
-  if (on_device) guard.emplace(q.device());
+  if (on_device) call.guard.emplace(q.device());
 #else
   TORCH_CHECK(!on_device,
               "gdn: this gdn_torch build has no CUDA arms (built without nvcc or with "
@@ -153,8 +169,8 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
 #endif
 
   // Sequences: explicit cu_seqlens (B must be 1), else B sequences of T tokens each.
-  std::vector<int32_t> cu_host;
-  Tensor cu_dev;  // int32 on q's device (GPU arms), keeps the device copy alive for the call
+  std::vector<int32_t>& cu_host = call.cu_host;
+  Tensor& cu_dev = call.cu_dev;  // int32 on q's device (GPU arms), alive for the call
   int64_t N = B;
   if (cu_seqlens.has_value()) {
     const Tensor& cu = *cu_seqlens;
@@ -202,13 +218,14 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
       cu_dev = at::arange(0, (B + 1) * T, T, q.options().dtype(at::kInt));
   }
 
-  const Tensor q_f = flatten_tokens(q), k_f = flatten_tokens(k), v_f = flatten_tokens(v);
+  Tensor &q_f = call.q_f, &k_f = call.k_f, &v_f = call.v_f, &g_f = call.g_f, &b_f = call.b_f;
+  q_f = flatten_tokens(q), k_f = flatten_tokens(k), v_f = flatten_tokens(v);
   // g in fp32 (fla accepts bf16 gates); beta in fp32 or bf16 (as the library takes it).
-  const Tensor g_f = flatten_tokens(g.scalar_type() == at::kFloat ? g : g.to(at::kFloat));
-  const Tensor b_f = flatten_tokens(
+  g_f = flatten_tokens(g.scalar_type() == at::kFloat ? g : g.to(at::kFloat));
+  b_f = flatten_tokens(
       beta.scalar_type() == at::kFloat || beta.scalar_type() == at::kBFloat16 ? beta
                                                                                : beta.to(at::kFloat));
-  Tensor h0;
+  Tensor& h0 = call.h0;
   if (initial_state.has_value()) {
     // fla takes the initial state in any float dtype and reads it as fp32; so do we (a copy
     // only when it is not already contiguous fp32).
@@ -217,14 +234,16 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
     h0 = initial_state->to(at::kFloat).contiguous();
   }
 
-  Tensor o = at::empty({B * T, HV, V}, q.options());
-  Tensor hT = output_final_state
-                  ? at::empty(state_v_first ? std::vector<int64_t>{N, HV, V, K}
-                                            : std::vector<int64_t>{N, HV, K, V},
-                              q.options().dtype(at::kFloat))
-                  : at::empty({0}, q.options().dtype(at::kFloat));
+  Tensor& o = call.o;
+  Tensor& hT = call.hT;
+  o = at::empty({B * T, HV, V}, q.options());
+  hT = output_final_state ? at::empty(state_v_first ? std::vector<int64_t>{N, HV, V, K}
+                                                    : std::vector<int64_t>{N, HV, K, V},
+                                      q.options().dtype(at::kFloat))
+                          : at::empty({0}, q.options().dtype(at::kFloat));
+  call.B = B, call.T = T, call.HV = HV, call.V = V;
 
-  gdn::PrefillArgs a;
+  gdn::PrefillArgs& a = call.a;
   a.q = view_of(q_f, "q");
   a.k = view_of(k_f, "k");
   a.v = view_of(v_f, "v");
@@ -247,13 +266,62 @@ std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
 #ifdef GDN_WITH_CUDA
   if (on_device) a.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
 #endif
+}
 
+std::tuple<Tensor, Tensor> chunk_gated_delta_rule(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+    std::optional<double> scale, const std::optional<Tensor>& initial_state,
+    bool output_final_state, const std::optional<Tensor>& cu_seqlens,
+    const std::optional<Tensor>& cu_seqlens_cpu, bool use_qk_l2norm, const std::string& head_map,
+    bool state_v_first, const std::string& arm,
+    const std::optional<Tensor>& workspace) {  // uint8 on q's CUDA device, mutated (scratch)
+  PrefillCall call;
+  prepare_prefill(call, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                  cu_seqlens_cpu, use_qk_l2norm, head_map, state_v_first, arm);
+  if (workspace.has_value()) {
+    // The library checks the rest (on_device, 256-byte alignment, size against this call's need,
+    // device memory) and raises ValueError through throw_status before anything runs.
+    const Tensor& w = *workspace;
+    TORCH_CHECK_VALUE(w.scalar_type() == at::kByte, "gdn: workspace must be a uint8 tensor, got ",
+                      w.scalar_type());
+    TORCH_CHECK_VALUE(w.device() == q.device(), "gdn: workspace is on ", w.device(),
+                      " but q is on ", q.device());
+    TORCH_CHECK_VALUE(w.is_contiguous(), "gdn: workspace must be contiguous");
+    if (w.numel() > 0) {
+      call.a.workspace = w.data_ptr();
+      call.a.workspace_bytes = static_cast<std::uint64_t>(w.numel());
+    } else {  // an empty tensor has no pointer to pass: fine only where nothing is needed
+      std::uint64_t need = 0;
+      const gdn::Status qs = gdn::prefill_workspace_bytes(call.p, call.a, call.arm, &need);
+      if (!qs.ok()) throw_status(qs);
+      TORCH_CHECK_VALUE(need == 0, "gdn: workspace too small: this call needs ", need,
+                        " bytes, the workspace tensor is empty");
+    }
+  }
   gdn::RunInfo info;
-  const gdn::Status st = gdn::prefill(p, a, arm_e, &info);
+  const gdn::Status st = gdn::prefill(call.p, call.a, call.arm, &info);
   if (!st.ok()) throw_status(st);
   g_last_arm = gdn::to_string(info.ran);
   g_last_note = info.note;
-  return {o.view({B, T, HV, V}), hT};
+  return {call.o.view({call.B, call.T, call.HV, call.V}), call.hT};
+}
+
+// The workspace bytes chunk_gated_delta_rule needs for the same arguments (0 on CPU tensors):
+// gdn::prefill_workspace_bytes over the arguments the op would pass (this allocates o and the
+// final state like the op does, through the caching allocator, and runs no kernel).
+int64_t prefill_workspace_bytes(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+    std::optional<double> scale, const std::optional<Tensor>& initial_state,
+    bool output_final_state, const std::optional<Tensor>& cu_seqlens,
+    const std::optional<Tensor>& cu_seqlens_cpu, bool use_qk_l2norm, const std::string& head_map,
+    bool state_v_first, const std::string& arm) {
+  PrefillCall call;
+  prepare_prefill(call, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                  cu_seqlens_cpu, use_qk_l2norm, head_map, state_v_first, arm);
+  std::uint64_t bytes = 0;
+  const gdn::Status st = gdn::prefill_workspace_bytes(call.p, call.a, call.arm, &bytes);
+  if (!st.ok()) throw_status(st);
+  return static_cast<int64_t>(bytes);
 }
 
 // Decode (one token per sequence) and speculative verify (T = 1..16 draft tokens per sequence)
@@ -723,7 +791,8 @@ TORCH_LIBRARY(gdn, m) {
   m.def(
       "chunk_gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, float? scale, "
       "Tensor? initial_state, bool output_final_state, Tensor? cu_seqlens, Tensor? cu_seqlens_cpu, "
-      "bool use_qk_l2norm, str head_map, bool state_v_first, str arm) -> (Tensor, Tensor)");
+      "bool use_qk_l2norm, str head_map, bool state_v_first, str arm, "
+      "Tensor(a!)? workspace=None) -> (Tensor, Tensor)");
   // state is mutated in place (declared with (a!) so functionalization and CUDA graphs see it).
   // The fused-gate arguments come last, with defaults, so calls written before they existed
   // still bind (g is optional: absent means the fused gate).
@@ -784,6 +853,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("config", &Layer::config)
       .def_property_readonly("slots", &Layer::slots);
 #endif
+  m.def("prefill_workspace_bytes", &prefill_workspace_bytes, pybind11::arg("q"),
+        pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("g"), pybind11::arg("beta"),
+        pybind11::arg("scale"), pybind11::arg("initial_state"),
+        pybind11::arg("output_final_state"), pybind11::arg("cu_seqlens"),
+        pybind11::arg("cu_seqlens_cpu"), pybind11::arg("use_qk_l2norm"),
+        pybind11::arg("head_map"), pybind11::arg("state_v_first"), pybind11::arg("arm"),
+        "Device workspace bytes chunk_gated_delta_rule needs for these arguments (0 on CPU).");
   m.def("arm_available", &arm_available, pybind11::arg("arm"));
   m.def("last_arm", [] { return g_last_arm; },
         "The arm that ran in this thread's last chunk_gated_delta_rule call ('' before any).");

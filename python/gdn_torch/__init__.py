@@ -11,7 +11,7 @@ import torch  # noqa: F401  (first: loads libc10/libtorch, which _C links agains
 from . import _C  # noqa: F401  (loads libgdn and registers the torch.ops.gdn ops)
 from ._layer import Layer, layer_config, layer_weights
 from ._ops import (arm_available, chunk_gated_delta_rule, decode_step, device_info, last_arm,
-                   verify_step, version)
+                   prefill_workspace_bytes, verify_step, version)
 
 __all__ = ["chunk_gated_delta_rule", "decode_step", "verify_step", "Layer", "layer_config", "layer_weights",
-           "arm_available", "device_info", "last_arm", "version"]
+           "arm_available", "device_info", "last_arm", "prefill_workspace_bytes", "version"]

@@ -20,7 +20,7 @@ _CUDA_BUILT = bool(_C.cuda_built())
 @torch.library.register_fake("gdn::chunk_gated_delta_rule")
 def _chunk_gated_delta_rule_fake(q, k, v, g, beta, scale, initial_state, output_final_state,
                                  cu_seqlens, cu_seqlens_cpu, use_qk_l2norm, head_map,
-                                 state_v_first, arm):
+                                 state_v_first, arm, workspace=None):
     B, T, _, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     N = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else B
@@ -67,6 +67,7 @@ def chunk_gated_delta_rule(
     arm: str = "auto",
     state_v_first: bool = False,
     cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    workspace: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     r"""Gated delta rule prefill, fla's ``chunk_gated_delta_rule`` semantics (forward only).
 
@@ -96,6 +97,12 @@ def chunk_gated_delta_rule(
         arm: "auto" | "cpu" | "serial" | "wy-fp32" | "wy-tc"; an arm that cannot run falls back
             and says why once on stderr (``gdn_torch.last_arm()`` names the arm that ran).
         state_v_first: state layout ``[..., V, K]`` (fla 0.6's ``state_v_first``).
+        workspace: CUDA inputs only: a ``torch.uint8`` tensor on q's device, contiguous, of at
+            least ``prefill_workspace_bytes(...)`` bytes (same arguments) and 256-byte aligned
+            (a fresh allocation is), that the call uses as its scratch instead of the library's
+            memory pool (an engine's allocator, CUDA graphs with a static buffer). Its contents
+            are overwritten; it must not be used by another call running concurrently. ``None``:
+            the pool.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state fp32 or ``None``.
@@ -103,6 +110,63 @@ def chunk_gated_delta_rule(
     Raises ValueError for bad shapes, dtypes, devices or options (the library's message),
     NotImplementedError for a geometry no arm implements, RuntimeError for a CUDA failure.
     """
+    scale = _check_prefill(q, k, v, g, beta, scale, initial_state, cu_seqlens, head_map, arm,
+                           state_v_first, cu_seqlens_cpu)
+    if workspace is not None:
+        if not isinstance(workspace, torch.Tensor):
+            raise TypeError(f"gdn: workspace must be a torch.Tensor, got {type(workspace).__name__}")
+        if workspace.dtype != torch.uint8:
+            raise ValueError(f"gdn: workspace must be a uint8 tensor, got {workspace.dtype}")
+        if workspace.device != q.device:
+            raise ValueError(f"gdn: workspace is on {workspace.device} but q is on {q.device}")
+    o, hT = torch.ops.gdn.chunk_gated_delta_rule(
+        q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens,
+        cu_seqlens_cpu, bool(use_qk_l2norm_in_kernel), head_map, bool(state_v_first), arm,
+        workspace)
+    return o, (hT if output_final_state else None)
+
+
+def prefill_workspace_bytes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    head_map: str = "grouped",
+    arm: str = "auto",
+    state_v_first: bool = False,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+) -> int:
+    """Bytes of ``workspace`` that ``chunk_gated_delta_rule`` with the same arguments needs (the
+    library's ``gdn::prefill_workspace_bytes``: the arm that call would run, sized by the same
+    code as its launch); 0 on CPU tensors. Runs no kernel (it allocates o and the final state as
+    the call does, through the caching allocator). With a CUDA ``cu_seqlens`` and no
+    ``cu_seqlens_cpu`` it reads the offsets back (a device sync), as the call does.
+
+    Example::
+
+        n = gdn_torch.prefill_workspace_bytes(q, k, v, g, beta, cu_seqlens=cu, cu_seqlens_cpu=cpu)
+        ws = torch.empty(n, dtype=torch.uint8, device=q.device)
+        o, hT = gdn_torch.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu,
+                                                 cu_seqlens_cpu=cpu, workspace=ws)
+    """
+    scale = _check_prefill(q, k, v, g, beta, scale, initial_state, cu_seqlens, head_map, arm,
+                           state_v_first, cu_seqlens_cpu)
+    return int(_C.prefill_workspace_bytes(
+        q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens,
+        cu_seqlens_cpu, bool(use_qk_l2norm_in_kernel), head_map, bool(state_v_first), arm))
+
+
+def _check_prefill(q, k, v, g, beta, scale, initial_state, cu_seqlens, head_map, arm,
+                   state_v_first, cu_seqlens_cpu):
+    """Argument checks shared by chunk_gated_delta_rule and prefill_workspace_bytes; returns
+    scale as a float (or None)."""
     for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"gdn: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -157,10 +221,7 @@ def chunk_gated_delta_rule(
             raise ValueError(f"gdn: initial_state must be floating-point, got {initial_state.dtype}")
     if scale is not None:
         scale = float(scale)
-    o, hT = torch.ops.gdn.chunk_gated_delta_rule(
-        q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens,
-        cu_seqlens_cpu, bool(use_qk_l2norm_in_kernel), head_map, bool(state_v_first), arm)
-    return o, (hT if output_final_state else None)
+    return scale
 
 
 def _check_gate(g, A_log, a, dt_bias, lead, HV):

@@ -306,3 +306,45 @@ def test_current_stream_is_used():
         o2 = o * 1.0  # ordered after the op on the same stream
     s.synchronize()
     assert torch.equal(o2, ref_o) and torch.equal(hT, ref_hT)
+
+
+def test_workspace_cpu():
+    """Host tensors need no workspace (0 bytes); a workspace on a CPU call is an error."""
+    a = _args()
+    assert gdn_torch.prefill_workspace_bytes(**a, arm="cpu") == 0
+    with pytest.raises(ValueError, match="on_device=false"):
+        gdn_torch.chunk_gated_delta_rule(**a, workspace=torch.empty(1024, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        gdn_torch.chunk_gated_delta_rule(**a, workspace=torch.empty(16, dtype=torch.float32))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and build")
+@pytest.mark.parametrize("arm", GPU_ARMS)
+def test_workspace_cuda(arm):
+    """A caller's workspace of exactly prefill_workspace_bytes(): same bits as the pool path; one
+    byte short or misaligned is a ValueError; captured into a CUDA graph with a static buffer."""
+    x = make_inputs(1, 130, 2, 4, 128, 128, dtype=torch.bfloat16, device="cuda", h0=True, N=3)
+    cpu = torch.tensor([0, 40, 40, 130])
+    kw = dict(arm=arm, cu_seqlens=cpu.cuda(), cu_seqlens_cpu=cpu)
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"], None, x["initial_state"], True)
+    n = gdn_torch.prefill_workspace_bytes(*args, **kw)
+    assert n > 0
+    ref_o, ref_hT = gdn_torch.chunk_gated_delta_rule(*args, **kw)
+    ws = torch.empty(n + 256, dtype=torch.uint8, device="cuda")
+    o, hT = gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n])
+    assert torch.equal(o, ref_o) and torch.equal(hT, ref_hT)
+    with pytest.raises(ValueError, match="too small"):
+        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n - 1])
+    with pytest.raises(ValueError, match="aligned"):
+        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[128:128 + n])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n])  # warm-up
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g, hT_g = gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g, ref_o) and torch.equal(hT_g, ref_hT)

@@ -19,6 +19,7 @@ static_assert(GDN_STATE_KV == int(gdn::StateLayout::kv) &&
 static_assert(GDN_ARM_AUTO == int(gdn::Arm::automatic) && GDN_ARM_CPU == int(gdn::Arm::cpu) &&
               GDN_ARM_SERIAL == int(gdn::Arm::serial) &&
               GDN_ARM_WY_FP32 == int(gdn::Arm::wy_fp32) && GDN_ARM_WY_TC == int(gdn::Arm::wy_tc));
+static_assert(GDN_WORKSPACE_ALIGNMENT == gdn::kWorkspaceAlignment);
 static_assert(GDN_OK == int(gdn::Code::ok) &&
               GDN_ERR_INVALID_ARGUMENT == int(gdn::Code::invalid_argument) &&
               GDN_ERR_UNSUPPORTED == int(gdn::Code::unsupported) &&
@@ -102,6 +103,8 @@ gdn::Status convert(const gdn_problem* p, const gdn_prefill_args* a, gdn::Proble
   aa->on_device = a->on_device != 0;
   aa->check_values = a->check_values != 0;
   aa->stream = a->stream;
+  aa->workspace = a->workspace;
+  aa->workspace_bytes = a->workspace_bytes;
   return gdn::Status::Ok();
 }
 
@@ -176,6 +179,26 @@ int gdn_validate(const gdn_problem* p, const gdn_prefill_args* a, char* msg, siz
     gdn::PrefillArgs aa;
     gdn::Status st = convert(p, a, &pp, &aa);
     if (st.ok()) st = gdn::validate(pp, aa);
+    return finish(st.code(), st.message(), msg, msg_size);
+  } catch (const std::exception& e) {
+    return finish(gdn::Code::internal, std::string("internal error: ") + e.what(), msg, msg_size);
+  }
+}
+
+int gdn_prefill_workspace_bytes(const gdn_problem* p, const gdn_prefill_args* a, int32_t arm,
+                                uint64_t* bytes, char* msg, size_t msg_size) {
+  try {
+    if (bytes) *bytes = 0;
+    if (!bytes) return finish(gdn::Code::invalid_argument, "bytes is NULL", msg, msg_size);
+    if (arm < GDN_ARM_AUTO || arm > GDN_ARM_WY_TC)
+      return finish(gdn::Code::invalid_argument, "unknown arm value " + std::to_string(arm), msg,
+                    msg_size);
+    gdn::Problem pp;
+    gdn::PrefillArgs aa;
+    gdn::Status st = convert(p, a, &pp, &aa);
+    std::uint64_t b = 0;
+    if (st.ok()) st = gdn::prefill_workspace_bytes(pp, aa, static_cast<gdn::Arm>(arm), &b);
+    if (st.ok()) *bytes = b;
     return finish(st.code(), st.message(), msg, msg_size);
   } catch (const std::exception& e) {
     return finish(gdn::Code::internal, std::string("internal error: ") + e.what(), msg, msg_size);

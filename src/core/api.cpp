@@ -1,4 +1,5 @@
 // API layer: names, views, validation, arm resolution and dispatch.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -291,6 +292,30 @@ Status validate(const Problem& p, const PrefillArgs& a) {
       if (overlaps(a.hT, *t)) return Status::Invalid(std::string("hT overlaps input ") + n);
   }
   if (overlaps(a.o, a.hT)) return Status::Invalid("o overlaps hT");
+
+  // The caller's workspace; its size is checked by prefill, which knows the arm.
+  if (!a.workspace && a.workspace_bytes > 0)
+    return Status::Invalid("workspace_bytes = " + std::to_string(a.workspace_bytes) +
+                           " given without a workspace pointer");
+  if (a.workspace) {
+    if (!a.on_device)
+      return Status::Invalid("a workspace is given with on_device=false: the workspace is device "
+                             "memory for the GPU arms (host calls take none)");
+    const auto w0 = reinterpret_cast<std::uintptr_t>(a.workspace);
+    if (w0 % kWorkspaceAlignment != 0)
+      return Status::Invalid("workspace must be " + std::to_string(kWorkspaceAlignment) +
+                             "-byte aligned; its address is " +
+                             std::to_string(w0 % kWorkspaceAlignment) + " bytes past a boundary");
+    const std::uintptr_t w1 = w0 + static_cast<std::uintptr_t>(a.workspace_bytes);
+    for (auto [n, t] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k},
+                        {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}, {"o", &a.o}, {"h0", &a.h0},
+                        {"hT", &a.hT}}) {
+      if (!t->defined()) continue;
+      auto [t0, t1] = byte_range(*t);
+      if (t0 < w1 && w0 < t1 && t0 != t1 && w0 != w1)
+        return Status::Invalid(std::string("workspace overlaps ") + n);
+    }
+  }
   return Status::Ok();
 }
 
@@ -376,6 +401,44 @@ Arm resolve_arm(Arm requested, const Problem& p, const PrefillArgs& a, std::stri
   return ran;
 }
 
+namespace detail {
+Status arm_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm ran, std::uint64_t* bytes) {
+  *bytes = 0;
+  if (ran == Arm::cpu) return Status::Ok();
+#ifdef GDN_WITH_CUDA
+  const Seqs s = make_seqs(a);
+  std::uint64_t b = 0;
+  Status st;
+  switch (ran) {  // each arm's launch code in its dry run (size_only): no work queued
+    case Arm::serial: st = cuda_serial_prefill(p, a, s, &b); break;
+    case Arm::wy_fp32: st = cuda_wy_fp32_prefill(p, a, s, &b); break;
+    case Arm::wy_tc: st = cuda_wy_tc_prefill(p, a, s, &b); break;
+    default:
+      return Status::Internal(std::string("arm ") + to_string(ran) + " has no workspace size");
+  }
+  if (!st.ok()) return st;
+  if (a.check_values) b = std::max(b, kCheckValuesWorkspaceBytes);  // the scan's flag, first
+  *bytes = b;
+  return Status::Ok();
+#else
+  (void)p, (void)a;
+  return Status::Internal(std::string("arm ") + to_string(ran) + " is not built");
+#endif
+}
+}  // namespace detail
+
+Status prefill_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm arm,
+                               std::uint64_t* bytes) {
+  if (!bytes) return Status::Invalid("prefill_workspace_bytes: bytes is null");
+  *bytes = 0;
+  Status st = validate(p, a);
+  if (!st.ok()) return st;
+  const Arm ran = resolve_arm(arm, p, a, nullptr);
+  if (a.on_device && ran == Arm::cpu)
+    return Status::Unsupported("no arm can run on device tensors in this build");
+  return detail::arm_workspace_bytes(p, a, ran, bytes);
+}
+
 Status prefill(const Problem& p, const PrefillArgs& a, Arm arm, RunInfo* info) {
   Status st = validate(p, a);
   if (!st.ok()) return st;
@@ -404,6 +467,17 @@ Status prefill(const Problem& p, const PrefillArgs& a, Arm arm, RunInfo* info) {
   for (const TensorView* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.o, &a.h0, &a.hT})
     if (t->defined() && detail::cuda_pointer_kind(t->data) == 0)
       return Status::Invalid("on_device=true but a tensor is in host memory");
+  if (a.workspace) {  // the caller's workspace serves the scan and the arm: big enough for both
+    if (detail::cuda_pointer_kind(a.workspace) == 0)
+      return Status::Invalid("on_device=true but the workspace is in host memory");
+    std::uint64_t need = 0;
+    if (!(st = detail::arm_workspace_bytes(p, a, ran, &need)).ok()) return st;
+    if (a.workspace_bytes < need)
+      return Status::Invalid("workspace too small: this call (arm " + std::string(to_string(ran)) +
+                             ") needs " + std::to_string(need) + " bytes, workspace_bytes = " +
+                             std::to_string(a.workspace_bytes) +
+                             " (gdn::prefill_workspace_bytes)");
+  }
   if (a.check_values && !(st = detail::cuda_check_values(p, a, s)).ok()) return st;
   switch (ran) {
     case Arm::serial: return detail::cuda_serial_prefill(p, a, s);

@@ -37,17 +37,36 @@ Status cpu_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s);
 bool cpu_supports(const Problem& p, std::string* why);
 Status cpu_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s);
 
+// Device workspace of the check_values scan (one flag word), taken from the start of
+// PrefillArgs::workspace when the caller gives one (before the arm uses it), else from the pool.
+constexpr std::uint64_t kCheckValuesWorkspaceBytes = 4;
+
+// Device workspace bytes a call of arm `ran` (already resolved; a GPU arm needs a CUDA build)
+// takes: the arm's own (the launch code sized in a dry run, below) and the value scan's.
+// Geometry the arm rejects gives its error. prefill() checks PrefillArgs::workspace with it and
+// gdn::prefill_workspace_bytes returns it; inputs need not be validated beyond what sizing reads
+// (shapes, offsets, pointers' alignment), so cp.cpp sizes its internal calls with it.
+Status arm_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm ran, std::uint64_t* bytes);
+
 #ifdef GDN_WITH_CUDA
 // Device-side value scan (NaN/Inf, g > 0, beta outside [0, 1]); synchronizes the stream.
 Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s);
 // Classify a pointer: 1 = device/managed, 0 = host, -1 = unknown (no CUDA device).
 int cuda_pointer_kind(const void* ptr);
 
-Status cuda_serial_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s);
+// The GPU arms. With `size_only` set, an arm runs its launch code up to the point where it
+// takes its scratch, stores the bytes it would take there and returns: nothing is queued and no
+// memory is touched. The query and the launch therefore size the workspace with the same code.
+// Without it the arm runs, taking its scratch from PrefillArgs::workspace when set (borrowed; the
+// size was checked by prefill()) or from the pool.
+Status cuda_serial_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                           std::uint64_t* size_only = nullptr);
 bool cuda_serial_supports(const Problem& p, std::string* why);
-Status cuda_wy_fp32_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s);
+Status cuda_wy_fp32_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                            std::uint64_t* size_only = nullptr);
 bool cuda_wy_fp32_supports(const Problem& p, std::string* why);
-Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s);
+Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                          std::uint64_t* size_only = nullptr);
 bool cuda_wy_tc_supports(const Problem& p, std::string* why);
 // gdn::release_scratch (src/cuda/common/scratch_pool.cu).
 Status cuda_release_scratch();

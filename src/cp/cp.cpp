@@ -38,7 +38,7 @@ Status Workspace::alloc(std::size_t bytes) {
   }
 #ifdef GDN_WITH_CUDA
   Status st;
-  scratch_ = device_workspace_new(stream_, bytes, &st);
+  scratch_ = device_workspace_new(stream_, bytes, borrowed_, capacity_, &st);
   return st;
 #else
   return Status::Unsupported("device workspace needs a CUDA build");
@@ -158,8 +158,8 @@ struct Carver {
   }
 };
 
-// Tensors in the memory the call says (the same check prefill makes, done before any of this
-// file's own copies touch them).
+// Tensors (and the caller's workspace) in the memory the call says (the same check prefill
+// makes, done before any of this file's own copies touch them).
 Status check_memory(const PrefillArgs& a) {
 #ifdef GDN_WITH_CUDA
   for (const TensorView* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.o, &a.h0, &a.hT}) {
@@ -170,14 +170,17 @@ Status check_memory(const PrefillArgs& a) {
     if (a.on_device && kind == 0)
       return Status::Invalid("on_device=true but a tensor is in host memory");
   }
+  if (a.workspace && detail::cuda_pointer_kind(a.workspace) == 0)
+    return Status::Invalid("on_device=true but the workspace is in host memory");
 #else
   if (a.on_device) return Status::Unsupported("device tensors need a CUDA build");
 #endif
   return Status::Ok();
 }
 
-// Validation, arm choice and the value scan, once for the whole call.
-Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInfo* info) {
+// Validation, arm choice and the value scan, once for the whole call (`sizing`: no scan).
+Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInfo* info,
+               bool sizing) {
   Status st = validate(p, a);
   if (!st.ok()) return st;
   if (!(st = check_memory(a)).ok()) return st;
@@ -191,7 +194,7 @@ Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInf
   if (a.on_device && *ran == Arm::cpu)
     return Status::Unsupported("no arm can run on device tensors in this build");
   const detail::Seqs s = detail::make_seqs(a);
-  if (a.check_values) {
+  if (a.check_values && !sizing) {
     if (!a.on_device) {
       std::string w;
       if (!detail::cpu_supports(p, &w)) return Status::Unsupported(w);
@@ -207,7 +210,7 @@ Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInf
 }
 
 // One internal arm call; inputs were validated and scanned by prepare().
-Status run(const Problem& p, PrefillArgs a, Arm arm, RunInfo* info) {
+Status run_arm(const Problem& p, PrefillArgs a, Arm arm, RunInfo* info) {
   a.check_values = false;
   RunInfo ri;
   Status st = prefill(p, a, arm, &ri);
@@ -222,15 +225,101 @@ Problem kv_problem(const Problem& p) {
   return q;
 }
 
-}  // namespace
+// One pass of a cp entry point through its host logic, in one of two modes:
+//   sizing   (the workspace query, and the size check before a call that brings a workspace):
+//            validation and arm choice, no value scan, no op, no arm call; records the device
+//            workspace this call's own pieces and its arm calls need (need());
+//   running  the call: its own pieces from the caller's workspace (borrowed) or the pool (a host
+//            vector on the host), its arm calls through prefill() with the rest of the caller's
+//            workspace (they run one after another in stream order, so they share it).
+// The query and the call go through the same code, so they cannot disagree. A caller's workspace
+// holds [own pieces, 256-aligned | the arm calls' workspace]; the value scan's flag (prepare)
+// takes its first bytes before anything else is queued. The entry points below skip every op
+// (and the pointer arithmetic on pieces, null when sizing) with `if (!ps.sizing())`.
+class Pass {
+ public:
+  Pass(const PrefillArgs& a, bool sizing)
+      : a_(a), sizing_(sizing), ws_(a.on_device, a.stream, a.workspace, a.workspace_bytes) {}
+  bool sizing() const { return sizing_; }
 
-Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm, RunInfo* info) {
+  // This call's own pieces: carve(Carver&) sizes them, then places them (null when sizing).
+  template <typename F>
+  Status take(F&& carve) {
+    Carver size;
+    carve(size);
+    own_used_ = size.used;
+    own_ = (size.used + 255) / 256 * 256;
+    Carver place;
+    if (!sizing_) {
+      Status st = ws_.alloc(size.used);
+      if (!st.ok()) return st;
+      place.base = ws_.data();
+    }
+    carve(place);
+    return Status::Ok();
+  }
+
+  // One arm call over x with problem q (take() first).
+  Status run(const Problem& q, PrefillArgs x, Arm arm, RunInfo* info) {
+    x.check_values = false;  // scanned once by prepare()
+    x.workspace = nullptr;
+    x.workspace_bytes = 0;
+    if (sizing_) {
+      std::uint64_t b = 0;
+      Status st = detail::arm_workspace_bytes(q, x, resolve_arm(arm, q, x, nullptr), &b);
+      arm_need_ = std::max(arm_need_, b);
+      return st;
+    }
+    if (a_.workspace) {  // never the pool once the caller gave a workspace
+      x.workspace = static_cast<char*>(a_.workspace) + own_;
+      x.workspace_bytes = a_.workspace_bytes - std::min<std::uint64_t>(own_, a_.workspace_bytes);
+    }
+    return run_arm(q, x, arm, info);
+  }
+
+  // Device workspace bytes of the whole pass (sizing); 0 for host calls.
+  std::uint64_t need() const {
+    if (!a_.on_device) return 0;
+    std::uint64_t n = arm_need_ > 0 ? own_ + arm_need_ : own_used_;
+    if (a_.check_values) n = std::max(n, detail::kCheckValuesWorkspaceBytes);
+    return n;
+  }
+
+ private:
+  const PrefillArgs& a_;
+  bool sizing_;
+  cp::Workspace ws_;
+  std::uint64_t own_used_ = 0, own_ = 0, arm_need_ = 0;
+};
+
+// A caller's workspace against its sizing pass (size(&need) -> Status), before anything runs: a
+// too-small one must fail before an output is written.
+template <typename F>
+Status check_size(const PrefillArgs& a, F&& size, const char* what) {
+  std::uint64_t need = 0;
+  const Status sized = size(&need);
+  if (!sized.ok()) return sized;
+  if (a.workspace_bytes < need)
+    return Status::Invalid(std::string("workspace too small: ") + what + " needs " +
+                           std::to_string(need) + " bytes, workspace_bytes = " +
+                           std::to_string(a.workspace_bytes) + " (gdn::" + what +
+                           "_workspace_bytes)");
+  return Status::Ok();
+}
+
+Status check_segments(int segments) {
   if (segments < 1 || segments > kMaxSegments)
     return Status::Invalid("segments must be in 1.." + std::to_string(kMaxSegments) + ", got " +
                            std::to_string(segments));
-  if (segments == 1) return prefill(p, a, arm, info);
+  return Status::Ok();
+}
+
+// prefill_cp for segments >= 2; sizing when size_only is set (stores the need there).
+Status prefill_cp_impl(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
+                       RunInfo* info, std::uint64_t* size_only) {
+  Pass ps(a, size_only != nullptr);
   Arm ran;
-  Status st = prepare(p, a, arm, &ran, info);
+  Status st = prepare(p, a, arm, &ran, info, ps.sizing());
   if (!st.ok()) return st;
   const detail::Seqs s = detail::make_seqs(a);
   const int P = segments, N = s.N, HV = p.HV, K = p.K, V = p.V;
@@ -253,28 +342,26 @@ Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
 
   float *H0, *HB, *MM, *zrow;
   char* o_m;
-  auto carve = [&](Carver& cv) {
+  st = ps.take([&](Carver& cv) {
     H0 = cv.take<float>(std::size_t(NS) * seg_state);  // [NS, HV, K, V] initial states
     HB = cv.take<float>(std::size_t(NS) * seg_state);  // [NS, HV, K, V] phase A, then C finals
     MM = cv.take<float>(need_m ? std::size_t(NS - 2) * HV * KK : 0);  // [NS-2, HV, K, K]
     zrow = cv.take<float>(std::size_t(K));                            // [K] zeros: v' rows
     o_m = cv.take<char>(std::size_t(TM) * HV * K * dtype_size(io));   // [TM, HV, K] discarded
-  };
-  Carver size;
-  carve(size);
-  cp::Workspace ws(a.on_device, a.stream);
-  if (!(st = ws.alloc(size.used)).ok()) return st;
-  Carver place{0, ws.data()};
-  carve(place);
+  });
+  if (!st.ok()) return st;
 
   const bool dev = a.on_device;
   const bool vk = p.state_layout == StateLayout::vk;
   const Problem pk = kv_problem(p);
-  if (!(st = cp::zero(dev, a.stream, H0, std::size_t(NS) * seg_state)).ok()) return st;
-  if (a.h0.defined()) {
-    cp::StateCopy c{
-        H0, P * seg_state, false, static_cast<const float*>(a.h0.data), seg_state, vk, N, HV, K, V};
-    if (!(st = cp::copy_states(dev, a.stream, c)).ok()) return st;
+  if (!ps.sizing()) {
+    if (!(st = cp::zero(dev, a.stream, H0, std::size_t(NS) * seg_state)).ok()) return st;
+    if (a.h0.defined()) {
+      cp::StateCopy c{H0,        P * seg_state, false, static_cast<const float*>(a.h0.data),
+                      seg_state, vk,            N,     HV,
+                      K,         V};
+      if (!(st = cp::copy_states(dev, a.stream, c)).ok()) return st;
+    }
   }
 
   // Phase A: segment 0 from h0, the rest from 0.
@@ -284,7 +371,7 @@ Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
   A.cu_seqlens_device = nullptr;
   A.h0 = f32_state(H0, NS, HV, K, V);
   A.hT = f32_state(HB, NS, HV, K, V);
-  if (!(st = run(pk, A, ran, info)).ok()) return st;
+  if (!(st = ps.run(pk, A, ran, info)).ok()) return st;
 
   // Phase M: maps of segments 1 .. NS-2.
   if (need_m) {
@@ -297,33 +384,38 @@ Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
     Mx.k = token_slice(a.k, ta, TM);
     Mx.g = token_slice(a.g, ta, TM);
     Mx.beta = token_slice(a.beta, ta, TM);
-    if (!(st = cp::zero(dev, a.stream, zrow, K)).ok()) return st;
     Mx.v = TensorView::strided(zrow, io, {TM, HV, K}, {0, 0, 1});
     Mx.o = TensorView::contiguous(o_m, io, {TM, HV, K});
     Mx.h0 = Mx.hT = TensorView::contiguous(MM, DType::f32, {NS - 2, HV, K, K});
     Mx.cu_seqlens = cum.data();
     Mx.num_seqs = NS - 2;
     Mx.cu_seqlens_device = nullptr;
-    if (!(st = cp::fill_identity(dev, a.stream, MM, std::int64_t(NS - 2) * HV, K)).ok()) return st;
-    if (!(st = run(pm, Mx, ran, info)).ok()) return st;
+    if (!ps.sizing()) {
+      if (!(st = cp::zero(dev, a.stream, zrow, K)).ok()) return st;
+      if (!(st = cp::fill_identity(dev, a.stream, MM, std::int64_t(NS - 2) * HV, K)).ok())
+        return st;
+    }
+    if (!(st = ps.run(pm, Mx, ran, info)).ok()) return st;
   }
 
   // Combine: H0[nP+1] = HB[nP]; H0[nP+s+1] = M_{nP+s} H0[nP+s] + HB[nP+s], s = 1 .. P-2.
-  cp::Combine c;
-  c.m = MM;  // step j uses segment nP + 1 + j, stored at MM index nP + j
-  c.m_step = HV * KK, c.m_n = P * HV * KK, c.m_h = KK;
-  c.b = HB + seg_state, c.b_step = seg_state, c.b_n = P * seg_state, c.b_h = KV;
-  c.x0 = HB, c.x_n = P * seg_state, c.x_h = KV;
-  c.out = H0 + seg_state, c.o_step = seg_state, c.o_n = P * seg_state, c.o_h = KV;
-  c.N = N, c.HV = HV, c.K = K, c.V = V, c.steps = P - 2;
-  if (!(st = cp::combine(dev, a.stream, c)).ok()) return st;
+  if (!ps.sizing()) {
+    cp::Combine c;
+    c.m = MM;  // step j uses segment nP + 1 + j, stored at MM index nP + j
+    c.m_step = HV * KK, c.m_n = P * HV * KK, c.m_h = KK;
+    c.b = HB + seg_state, c.b_step = seg_state, c.b_n = P * seg_state, c.b_h = KV;
+    c.x0 = HB, c.x_n = P * seg_state, c.x_h = KV;
+    c.out = H0 + seg_state, c.o_step = seg_state, c.o_n = P * seg_state, c.o_h = KV;
+    c.N = N, c.HV = HV, c.K = K, c.V = V, c.steps = P - 2;
+    if (!(st = cp::combine(dev, a.stream, c)).ok()) return st;
+  }
 
   // Phase C: every segment from its true initial state.
   PrefillArgs Cx = A;
   Cx.h0 = f32_state(H0, NS, HV, K, V);
   Cx.hT = f32_state(HB, NS, HV, K, V);
-  if (!(st = run(pk, Cx, ran, info)).ok()) return st;
-  if (a.hT.defined()) {
+  if (!(st = ps.run(pk, Cx, ran, info)).ok()) return st;
+  if (!ps.sizing() && a.hT.defined()) {
     cp::StateCopy h{static_cast<float*>(a.hT.data),
                     seg_state,
                     vk,
@@ -336,7 +428,35 @@ Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
                     V};
     if (!(st = cp::copy_states(dev, a.stream, h)).ok()) return st;
   }
+  if (size_only) *size_only = ps.need();
   return Status::Ok();
+}
+
+}  // namespace
+
+Status prefill_cp(const Problem& p, const PrefillArgs& a, int segments, Arm arm, RunInfo* info) {
+  Status st = check_segments(segments);
+  if (!st.ok()) return st;
+  if (segments == 1) return prefill(p, a, arm, info);
+  if (a.workspace) {
+    st = check_size(
+        a, [&](std::uint64_t* n) { return prefill_cp_impl(p, a, segments, arm, nullptr, n); },
+        "prefill_cp");
+    if (!st.ok()) return st;
+  }
+  return prefill_cp_impl(p, a, segments, arm, info, nullptr);
+}
+
+Status prefill_cp_workspace_bytes(const Problem& p, const PrefillArgs& a, int segments, Arm arm,
+                                  std::uint64_t* bytes) {
+  if (!bytes) return Status::Invalid("prefill_cp_workspace_bytes: bytes is null");
+  *bytes = 0;
+  Status st = check_segments(segments);
+  if (!st.ok()) return st;
+  if (segments == 1) return prefill_workspace_bytes(p, a, arm, bytes);
+  std::uint64_t need = 0;
+  if ((st = prefill_cp_impl(p, a, segments, arm, nullptr, &need)).ok()) *bytes = need;
+  return st;
 }
 
 std::size_t cp_rank_map_floats(const Problem& p, int num_seqs) {
@@ -344,45 +464,44 @@ std::size_t cp_rank_map_floats(const Problem& p, int num_seqs) {
 }
 
 namespace {
-Status check_rank(int rank, int ranks, const void* maps) {
+// `maps` may be null when sizing (the workspace query has no map buffer).
+Status check_rank(int rank, int ranks, const void* maps, bool sizing) {
   if (ranks < 1 || ranks > kMaxSegments)
     return Status::Invalid("ranks must be in 1.." + std::to_string(kMaxSegments) + ", got " +
                            std::to_string(ranks));
   if (rank < 0 || rank >= ranks)
     return Status::Invalid("rank " + std::to_string(rank) + " outside 0.." +
                            std::to_string(ranks - 1));
-  if (!maps) return Status::Invalid("null map buffer");
+  if (!maps && !sizing) return Status::Invalid("null map buffer");
   return Status::Ok();
 }
-}  // namespace
 
-Status cp_rank_maps(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
-                    float* maps_r, RunInfo* info) {
-  Status st = check_rank(rank, ranks, maps_r);
+Status cp_rank_maps_impl(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
+                         float* maps_r, RunInfo* info, std::uint64_t* size_only) {
+  Pass ps(a, size_only != nullptr);
+  Status st = check_rank(rank, ranks, maps_r, ps.sizing());
   if (!st.ok()) return st;
   Arm ran;
-  if (!(st = prepare(p, a, arm, &ran, info)).ok()) return st;
+  if (!(st = prepare(p, a, arm, &ran, info, ps.sizing())).ok()) return st;
   const detail::Seqs s = detail::make_seqs(a);
   const int N = s.N, HV = p.HV, K = p.K, V = p.V;
-  const std::int64_t KV = std::int64_t(K) * V, seg_state = HV * KV;
+  const std::int64_t seg_state = HV * std::int64_t(K) * V;
   const bool dev = a.on_device, vk = p.state_layout == StateLayout::vk;
   const DType io = a.q.dtype;
-  float* Mr = maps_r;                                // [N, HV, K, K]
-  float* Br = maps_r + std::size_t(N) * HV * K * K;  // [N, HV, K, V]
+  float* Mr = maps_r;                                           // [N, HV, K, K]
+  float* Br = maps_r ? maps_r + std::size_t(N) * HV * K * K : nullptr;  // [N, HV, K, V]
   const bool need_m = rank > 0 && rank < ranks - 1;
 
-  cp::Workspace ws(dev, a.stream);
   const std::size_t h0_floats = rank == 0 && vk && a.h0.defined() ? std::size_t(N) * seg_state : 0;
   const std::size_t om_bytes = need_m ? std::size_t(s.T) * HV * K * dtype_size(io) : 0;
-  Carver cv;
-  cv.take<float>(h0_floats);
-  cv.take<float>(K);
-  cv.take<char>(om_bytes);
-  if (!(st = ws.alloc(cv.used)).ok()) return st;
-  cv = {0, ws.data()};
-  float* H0 = cv.take<float>(h0_floats);  // [N, HV, K, V] rank 0's h0 in [K, V]
-  float* zrow = cv.take<float>(K);        // [K] zeros
-  char* o_m = cv.take<char>(om_bytes);    // [T, HV, K] discarded M-pass output
+  float *H0, *zrow;
+  char* o_m;
+  st = ps.take([&](Carver& cv) {
+    H0 = cv.take<float>(h0_floats);  // [N, HV, K, V] rank 0's h0 in [K, V]
+    zrow = cv.take<float>(K);        // [K] zeros
+    o_m = cv.take<char>(om_bytes);   // [T, HV, K] discarded M-pass output
+  });
+  if (!st.ok()) return st;
 
   const Problem pk = kv_problem(p);
   PrefillArgs A = a;
@@ -390,36 +509,46 @@ Status cp_rank_maps(const Problem& p, const PrefillArgs& a, int rank, int ranks,
   A.hT = f32_state(Br, N, HV, K, V);
   if (rank == 0 && a.h0.defined()) {
     if (vk) {
-      cp::StateCopy c{
-          H0, seg_state, false, static_cast<const float*>(a.h0.data), seg_state, true, N, HV, K, V};
-      if (!(st = cp::copy_states(dev, a.stream, c)).ok()) return st;
+      if (!ps.sizing()) {
+        cp::StateCopy c{H0, seg_state, false, static_cast<const float*>(a.h0.data),
+                        seg_state, true, N, HV, K, V};
+        if (!(st = cp::copy_states(dev, a.stream, c)).ok()) return st;
+      }
       A.h0 = f32_state(H0, N, HV, K, V);
     } else {
       A.h0 = a.h0;
     }
   }
-  if (!(st = run(pk, A, ran, info)).ok()) return st;
-  if (!need_m) return cp::zero(dev, a.stream, Mr, std::size_t(N) * HV * K * K);
+  if (!(st = ps.run(pk, A, ran, info)).ok()) return st;
+  if (!need_m) {
+    if (size_only) *size_only = ps.need();
+    return ps.sizing() ? Status::Ok() : cp::zero(dev, a.stream, Mr, std::size_t(N) * HV * K * K);
+  }
 
   Problem pm = pk;
   pm.V = K;
   PrefillArgs Mx = a;
-  if (!(st = cp::zero(dev, a.stream, zrow, K)).ok()) return st;
+  if (!ps.sizing() && !(st = cp::zero(dev, a.stream, zrow, K)).ok()) return st;
   Mx.v = TensorView::strided(zrow, io, {s.T, HV, K}, {0, 0, 1});
   Mx.o = TensorView::contiguous(o_m, io, {s.T, HV, K});
   Mx.h0 = Mx.hT = TensorView::contiguous(Mr, DType::f32, {N, HV, K, K});
-  if (!(st = cp::fill_identity(dev, a.stream, Mr, std::int64_t(N) * HV, K)).ok()) return st;
-  return run(pm, Mx, ran, info);
+  if (!ps.sizing() &&
+      !(st = cp::fill_identity(dev, a.stream, Mr, std::int64_t(N) * HV, K)).ok())
+    return st;
+  if (!(st = ps.run(pm, Mx, ran, info)).ok()) return st;
+  if (size_only) *size_only = ps.need();
+  return Status::Ok();
 }
 
-Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
-                      const float* gathered, RunInfo* info) {
-  Status st = check_rank(rank, ranks, gathered);
+Status cp_rank_finish_impl(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
+                           const float* gathered, RunInfo* info, std::uint64_t* size_only) {
+  Status st = check_rank(rank, ranks, gathered, size_only != nullptr);
   if (!st.ok()) return st;
   Arm ran;
   PrefillArgs a2 = a;
   a2.check_values = false;  // scanned by cp_rank_maps
-  if (!(st = prepare(p, a2, arm, &ran, info)).ok()) return st;
+  Pass ps(a2, size_only != nullptr);
+  if (!(st = prepare(p, a2, arm, &ran, info, ps.sizing())).ok()) return st;
   const detail::Seqs s = detail::make_seqs(a);
   const int N = s.N, HV = p.HV, K = p.K, V = p.V;
   const std::int64_t KV = std::int64_t(K) * V, KK = std::int64_t(K) * K, seg_state = HV * KV;
@@ -432,25 +561,69 @@ Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int rank
     return cp::copy_states(dev, a.stream, h);
   };
   if (rank == 0) {  // o is final since cp_rank_maps; B_0 is the final state when alone
-    if (last && a.hT.defined()) return write_hT(gathered + std::size_t(N) * HV * KK);
+    if (size_only) *size_only = ps.need();
+    if (!ps.sizing() && last && a.hT.defined())
+      return write_hT(gathered + std::size_t(N) * HV * KK);
     return Status::Ok();
   }
-  cp::Workspace ws(dev, a.stream);
-  if (!(st = ws.alloc(2 * std::size_t(N) * seg_state * sizeof(float))).ok()) return st;
-  float* X = reinterpret_cast<float*>(ws.data());  // [N, HV, K, V] this rank's initial state
-  float* HT = X + std::size_t(N) * seg_state;      // [N, HV, K, V] its final state
-  cp::Combine c;
-  c.m = gathered, c.m_step = F, c.m_n = HV * KK, c.m_h = KK;
-  c.b = gathered + std::size_t(N) * HV * KK, c.b_step = F, c.b_n = seg_state, c.b_h = KV;
-  c.out = X, c.o_step = 0, c.o_n = seg_state, c.o_h = KV;
-  c.N = N, c.HV = HV, c.K = K, c.V = V, c.steps = rank;
-  if (!(st = cp::combine(dev, a.stream, c)).ok()) return st;
-  PrefillArgs Cx = a;
+  float *X, *HT;
+  st = ps.take([&](Carver& cv) {
+    X = cv.take<float>(std::size_t(N) * seg_state);   // [N, HV, K, V] this rank's initial state
+    HT = cv.take<float>(std::size_t(N) * seg_state);  // [N, HV, K, V] its final state
+  });
+  if (!st.ok()) return st;
+  if (!ps.sizing()) {
+    cp::Combine c;
+    c.m = gathered, c.m_step = F, c.m_n = HV * KK, c.m_h = KK;
+    c.b = gathered + std::size_t(N) * HV * KK, c.b_step = F, c.b_n = seg_state, c.b_h = KV;
+    c.out = X, c.o_step = 0, c.o_n = seg_state, c.o_h = KV;
+    c.N = N, c.HV = HV, c.K = K, c.V = V, c.steps = rank;
+    if (!(st = cp::combine(dev, a.stream, c)).ok()) return st;
+  }
+  PrefillArgs Cx = a2;
   Cx.h0 = f32_state(X, N, HV, K, V);
   Cx.hT = last && a.hT.defined() ? f32_state(HT, N, HV, K, V) : TensorView{};
-  if (!(st = run(kv_problem(p), Cx, ran, info)).ok()) return st;
-  if (last && a.hT.defined()) return write_hT(HT);
+  if (!(st = ps.run(kv_problem(p), Cx, ran, info)).ok()) return st;
+  if (size_only) *size_only = ps.need();
+  if (!ps.sizing() && last && a.hT.defined()) return write_hT(HT);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status cp_rank_workspace_bytes(const Problem& p, const PrefillArgs& a, int rank, int ranks,
+                               Arm arm, std::uint64_t* bytes) {
+  if (!bytes) return Status::Invalid("cp_rank_workspace_bytes: bytes is null");
+  *bytes = 0;
+  std::uint64_t maps = 0, finish = 0;
+  Status st = cp_rank_maps_impl(p, a, rank, ranks, arm, nullptr, nullptr, &maps);
+  if (!st.ok()) return st;
+  st = cp_rank_finish_impl(p, a, rank, ranks, arm, nullptr, nullptr, &finish);
+  if (!st.ok()) return st;
+  *bytes = std::max(maps, finish);
+  return Status::Ok();
+}
+
+Status cp_rank_maps(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
+                    float* maps_r, RunInfo* info) {
+  if (a.workspace) {
+    Status st = check_size(
+        a, [&](std::uint64_t* n) { return cp_rank_workspace_bytes(p, a, rank, ranks, arm, n); },
+        "cp_rank");
+    if (!st.ok()) return st;
+  }
+  return cp_rank_maps_impl(p, a, rank, ranks, arm, maps_r, info, nullptr);
+}
+
+Status cp_rank_finish(const Problem& p, const PrefillArgs& a, int rank, int ranks, Arm arm,
+                      const float* gathered, RunInfo* info) {
+  if (a.workspace) {
+    Status st = check_size(
+        a, [&](std::uint64_t* n) { return cp_rank_workspace_bytes(p, a, rank, ranks, arm, n); },
+        "cp_rank");
+    if (!st.ok()) return st;
+  }
+  return cp_rank_finish_impl(p, a, rank, ranks, arm, gathered, info, nullptr);
 }
 
 }  // namespace gdn

@@ -13,10 +13,12 @@
 namespace gdn::cp {
 
 // The call's workspace: one allocation (stream-ordered cuda::Scratch on the GPU, a std::vector
-// on the host), carved by the caller.
+// on the host), carved by the caller. On the GPU, `borrowed` (the caller's
+// PrefillArgs::workspace, `capacity` bytes) serves it instead when non-null: no allocation.
 class Workspace {
  public:
-  Workspace(bool on_device, void* stream) : dev_(on_device), stream_(stream) {}
+  Workspace(bool on_device, void* stream, void* borrowed = nullptr, std::uint64_t capacity = 0)
+      : dev_(on_device), stream_(stream), borrowed_(borrowed), capacity_(capacity) {}
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
@@ -26,6 +28,8 @@ class Workspace {
  private:
   bool dev_;
   void* stream_;
+  void* borrowed_;
+  std::uint64_t capacity_;
   std::vector<float> host_;
   void* scratch_ = nullptr;  // cuda::Scratch* on the device
 };
@@ -65,7 +69,10 @@ Status copy_states(bool on_device, void* stream, const StateCopy& c);
 Status combine(bool on_device, void* stream, const Combine& c);
 
 #ifdef GDN_WITH_CUDA
-void* device_workspace_new(void* stream, std::size_t bytes, Status* st);
+// A cuda::Scratch of `bytes` on `stream`: borrowed from `borrowed` (capacity bytes) when it is
+// non-null, else from the pool.
+void* device_workspace_new(void* stream, std::size_t bytes, void* borrowed, std::uint64_t capacity,
+                           Status* st);
 void device_workspace_delete(void* ws);
 char* device_workspace_data(void* ws);
 Status device_zero(void* stream, float* p, std::size_t count);

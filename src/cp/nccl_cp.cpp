@@ -54,30 +54,69 @@ bool nccl_available(std::string* why) {
   return api.why.empty();
 }
 
+namespace {
+// Checks shared by the call and its workspace query.
+Status check_call(int rank, int ranks, const Problem& p, const PrefillArgs& a) {
+  std::string why;
+  if (!nccl_available(&why)) return Status::Unsupported("prefill_cp_nccl: " + why);
+  if (!a.on_device) return Status::Invalid("prefill_cp_nccl: tensors must be device memory");
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    return Status::Invalid("prefill_cp_nccl: rank " + std::to_string(rank) + " of " +
+                           std::to_string(ranks));
+  return validate(p, a);
+}
+// The all-gathered maps [ranks][F] fp32; they come first in a caller's workspace, padded to 256
+// bytes, then what cp_rank_maps / cp_rank_finish take.
+std::size_t gathered_bytes(const Problem& p, const PrefillArgs& a, int ranks) {
+  const int N = a.cu_seqlens ? a.num_seqs : 1;
+  return std::size_t(ranks) * cp_rank_map_floats(p, N) * sizeof(float);
+}
+std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
+}  // namespace
+
+Status prefill_cp_nccl_workspace_bytes(int rank, int ranks, const Problem& p, const PrefillArgs& a,
+                                       Arm arm, std::uint64_t* bytes) {
+  if (!bytes) return Status::Invalid("prefill_cp_nccl_workspace_bytes: bytes is null");
+  *bytes = 0;
+  Status st = check_call(rank, ranks, p, a);
+  if (!st.ok()) return st;
+  std::uint64_t rest = 0;
+  if (!(st = cp_rank_workspace_bytes(p, a, rank, ranks, arm, &rest)).ok()) return st;
+  *bytes = round256(gathered_bytes(p, a, ranks)) + rest;
+  return Status::Ok();
+}
+
 Status prefill_cp_nccl(void* nccl_comm, int rank, int ranks, const Problem& p, const PrefillArgs& a,
                        Arm arm, RunInfo* info) {
   std::string why;
   if (!nccl_available(&why)) return Status::Unsupported("prefill_cp_nccl: " + why);
   if (!nccl_comm) return Status::Invalid("prefill_cp_nccl: null communicator");
-  if (!a.on_device) return Status::Invalid("prefill_cp_nccl: tensors must be device memory");
-  if (ranks < 1 || rank < 0 || rank >= ranks)
-    return Status::Invalid("prefill_cp_nccl: rank " + std::to_string(rank) + " of " +
-                           std::to_string(ranks));
-  Status st = validate(p, a);
+  Status st = check_call(rank, ranks, p, a);
   if (!st.ok()) return st;
-  const int N = a.cu_seqlens ? a.num_seqs : 1;
-  const std::size_t F = cp_rank_map_floats(p, N);
-  cp::Workspace ws(true, a.stream);
-  if (!(st = ws.alloc(std::size_t(ranks) * F * sizeof(float))).ok()) return st;
+  const std::size_t G = gathered_bytes(p, a, ranks);
+  PrefillArgs ar = a;  // the rank steps' arguments: the workspace past the gathered maps
+  if (a.workspace) {  // its size first: nothing may run before a too-small one is rejected
+    std::uint64_t need = 0;
+    if (!(st = prefill_cp_nccl_workspace_bytes(rank, ranks, p, a, arm, &need)).ok()) return st;
+    if (a.workspace_bytes < need)
+      return Status::Invalid("workspace too small: prefill_cp_nccl needs " + std::to_string(need) +
+                             " bytes, workspace_bytes = " + std::to_string(a.workspace_bytes) +
+                             " (gdn::prefill_cp_nccl_workspace_bytes)");
+    ar.workspace = static_cast<char*>(a.workspace) + round256(G);
+    ar.workspace_bytes = a.workspace_bytes - round256(G);
+  }
+  const std::size_t F = cp_rank_map_floats(p, a.cu_seqlens ? a.num_seqs : 1);
+  cp::Workspace ws(true, a.stream, a.workspace, a.workspace_bytes);
+  if (!(st = ws.alloc(G)).ok()) return st;
   float* gathered = reinterpret_cast<float*>(ws.data());  // [ranks][F] fp32 maps
   float* mine = gathered + std::size_t(rank) * F;
-  if (!(st = cp_rank_maps(p, a, rank, ranks, arm, mine, info)).ok()) return st;
+  if (!(st = cp_rank_maps(p, ar, rank, ranks, arm, mine, info)).ok()) return st;
   const ncclResult_t r =
       nccl_api().all_gather(mine, gathered, F, ncclFloat32, static_cast<ncclComm_t>(nccl_comm),
                             static_cast<cudaStream_t>(a.stream));
   if (r != ncclSuccess)
     return Status::Internal(std::string("ncclAllGather: ") + nccl_api().error_string(r));
-  return cp_rank_finish(p, a, rank, ranks, arm, gathered, info);
+  return cp_rank_finish(p, ar, rank, ranks, arm, gathered, info);
 }
 
 #else
@@ -88,6 +127,14 @@ bool nccl_available(std::string* why) {
 }
 
 Status prefill_cp_nccl(void*, int, int, const Problem&, const PrefillArgs&, Arm, RunInfo*) {
+  std::string why;
+  nccl_available(&why);
+  return Status::Unsupported("prefill_cp_nccl: " + why);
+}
+
+Status prefill_cp_nccl_workspace_bytes(int, int, const Problem&, const PrefillArgs&, Arm,
+                                       std::uint64_t* bytes) {
+  if (bytes) *bytes = 0;
   std::string why;
   nccl_available(&why);
   return Status::Unsupported("prefill_cp_nccl: " + why);

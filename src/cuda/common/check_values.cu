@@ -67,8 +67,11 @@ namespace gdn::detail {
 Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s) {
   using namespace gdn::cuda;
   cudaStream_t st = stream_of(a);
-  Scratch scratch(st);
-  Status status = scratch.alloc(sizeof(unsigned));
+  // The flag word: from the start of the caller's workspace when given (the arm takes the
+  // workspace after this scan, in stream order), else from the pool.
+  static_assert(sizeof(unsigned) == kCheckValuesWorkspaceBytes);
+  Scratch scratch(a);
+  Status status = scratch.alloc(kCheckValuesWorkspaceBytes);
   if (!status.ok()) return status;
   unsigned* flags = scratch.as<unsigned>();
   GDN_CUDA_TRY(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));

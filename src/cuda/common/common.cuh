@@ -52,17 +52,33 @@ Status release_scratch_all();
 // Reserved bytes of the current device's scratch pool (0 if it has none).
 std::uint64_t scratch_reserved();
 
-// Stream-ordered scratch memory owned for the duration of one call.
+// Stream-ordered scratch memory for the duration of one call. Owned: allocated from the pool
+// (stream-ordered) by alloc() and freed stream-ordered when this object goes. Borrowed: the
+// caller's workspace (PrefillArgs::workspace) serves alloc() with no allocation and is never
+// freed; a request beyond its capacity is an error (prefill() checks the size before any arm runs,
+// so this only guards the arms' arithmetic). Either way no host synchronisation: capture-legal.
 class Scratch {
  public:
   explicit Scratch(cudaStream_t s) : stream_(s) {}
+  // Borrows `workspace` (capacity bytes) when it is non-null; owned as above when it is null.
+  Scratch(cudaStream_t s, void* workspace, std::uint64_t capacity)
+      : stream_(s), borrowed_(workspace), capacity_(capacity) {}
+  // The call's scratch: its workspace when the caller gave one, else the pool.
+  explicit Scratch(const PrefillArgs& a) : Scratch(stream_of(a), a.workspace, a.workspace_bytes) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
-    if (ptr_) cudaFreeAsync(ptr_, stream_);
+    if (ptr_ && !borrowed_) cudaFreeAsync(ptr_, stream_);
   }
   Status alloc(std::size_t bytes) {
     if (bytes == 0) return Status::Ok();
+    if (borrowed_) {
+      if (bytes > capacity_)
+        return Status::Invalid("workspace too small: " + std::to_string(bytes) +
+                               " bytes needed, " + std::to_string(capacity_) + " given");
+      ptr_ = borrowed_;
+      return Status::Ok();
+    }
     if (cudaMemPool_t pool = scratch_pool())
       return from_cuda(cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream_),
                        "cudaMallocFromPoolAsync(scratch)");
@@ -71,9 +87,12 @@ class Scratch {
   template <typename T> T* as(std::size_t byte_offset = 0) const {
     return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
   }
+  bool borrowed() const { return borrowed_ != nullptr; }
 
  private:
   cudaStream_t stream_;
+  void* borrowed_ = nullptr;
+  std::uint64_t capacity_ = 0;
   void* ptr_ = nullptr;
 };
 

@@ -96,8 +96,9 @@ int blocks_for(std::int64_t total) {
 
 }  // namespace
 
-void* device_workspace_new(void* stream, std::size_t bytes, Status* st) {
-  auto* s = new cuda::Scratch(static_cast<cudaStream_t>(stream));
+void* device_workspace_new(void* stream, std::size_t bytes, void* borrowed, std::uint64_t capacity,
+                           Status* st) {
+  auto* s = new cuda::Scratch(static_cast<cudaStream_t>(stream), borrowed, capacity);
   *st = s->alloc(bytes);
   return s;
 }

@@ -292,13 +292,20 @@ bool cuda_serial_supports(const Problem& p, std::string* why) {
   return true;
 }
 
-Status cuda_serial_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s) {
+Status cuda_serial_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                           std::uint64_t* size_only) {
   std::string why;
   if (!cuda_serial_supports(p, &why)) return Status::Unsupported(why);
   const cudaStream_t stream = cuda::stream_of(a);
-  cuda::Scratch scratch(stream);
-  if (!a.cu_seqlens_device) {
-    Status st = scratch.alloc(sizeof(std::int32_t) * (s.N + 1));
+  // Scratch: the device copy of the offsets, unless the caller gave one.
+  const std::size_t scratch_bytes = a.cu_seqlens_device ? 0 : sizeof(std::int32_t) * (s.N + 1);
+  if (size_only) {
+    *size_only = scratch_bytes;
+    return Status::Ok();
+  }
+  cuda::Scratch scratch(a);
+  if (scratch_bytes) {
+    Status st = scratch.alloc(scratch_bytes);
     if (!st.ok()) return st;
   }
   SerialParams prm{};

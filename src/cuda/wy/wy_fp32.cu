@@ -890,7 +890,8 @@ int wy_fp32_variant() {
 }
 
 template <typename E, typename OT, typename B, int K, int V>
-Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
+Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s,
+              std::uint64_t* size_only) {
   using CC = ChunkCfg<K, V>;
   using SC = StateCfg<K, V>;
   using SC4 = State4Cfg<K, V>;
@@ -908,7 +909,11 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
   const std::size_t tab_bytes = plan.bytes;
   const std::size_t ws_bytes =
       sizeof(float) * NC * p.HV * (v4 ? Ws<K, V, true>::size : Ws<K, V>::size);
-  Scratch scratch(stream);
+  if (size_only) {  // the workspace query (detail::cuda_wy_fp32_prefill)
+    *size_only = tab_bytes + ws_bytes;
+    return Status::Ok();
+  }
+  Scratch scratch(stream, a.workspace, a.workspace_bytes);
   Status st = scratch.alloc(tab_bytes + ws_bytes);
   if (!st.ok()) return st;
   ChunkTable table;
@@ -992,11 +997,12 @@ Status launch(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
 }
 
 template <typename E, typename OT, typename B>
-Status dispatch_kv(const Problem& p, const PrefillArgs& a, const detail::Seqs& s) {
-  if (p.K == 128 && p.V == 128) return launch<E, OT, B, 128, 128>(p, a, s);
-  if (p.K == 128 && p.V == 64) return launch<E, OT, B, 128, 64>(p, a, s);
-  if (p.K == 64 && p.V == 128) return launch<E, OT, B, 64, 128>(p, a, s);
-  return launch<E, OT, B, 64, 64>(p, a, s);
+Status dispatch_kv(const Problem& p, const PrefillArgs& a, const detail::Seqs& s,
+                   std::uint64_t* size_only) {
+  if (p.K == 128 && p.V == 128) return launch<E, OT, B, 128, 128>(p, a, s, size_only);
+  if (p.K == 128 && p.V == 64) return launch<E, OT, B, 128, 64>(p, a, s, size_only);
+  if (p.K == 64 && p.V == 128) return launch<E, OT, B, 64, 128>(p, a, s, size_only);
+  return launch<E, OT, B, 64, 64>(p, a, s, size_only);
 }
 
 }  // namespace
@@ -1012,7 +1018,8 @@ bool cuda_wy_fp32_supports(const Problem& p, std::string* why) {
   return ok;
 }
 
-Status cuda_wy_fp32_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s) {
+Status cuda_wy_fp32_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                            std::uint64_t* size_only) {
   using namespace gdn::cuda;
   std::string why;
   if (!cuda_wy_fp32_supports(p, &why)) return Status::Unsupported(why);
@@ -1021,9 +1028,10 @@ Status cuda_wy_fp32_prefill(const Problem& p, const PrefillArgs& a, const Seqs& 
     const bool out_f32 = a.o.dtype == DType::f32;
     const bool beta_bf16 = a.beta.dtype == DType::bf16;
     if (out_f32)
-      return beta_bf16 ? dispatch_kv<E, float, __nv_bfloat16>(p, a, s)
-                       : dispatch_kv<E, float, float>(p, a, s);
-    return beta_bf16 ? dispatch_kv<E, E, __nv_bfloat16>(p, a, s) : dispatch_kv<E, E, float>(p, a, s);
+      return beta_bf16 ? dispatch_kv<E, float, __nv_bfloat16>(p, a, s, size_only)
+                       : dispatch_kv<E, float, float>(p, a, s, size_only);
+    return beta_bf16 ? dispatch_kv<E, E, __nv_bfloat16>(p, a, s, size_only)
+                     : dispatch_kv<E, E, float>(p, a, s, size_only);
   });
 }
 

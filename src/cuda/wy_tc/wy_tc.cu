@@ -1254,7 +1254,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
 }
 
 template <int K, int V>
-Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
+Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint64_t* size_only) {
   constexpr int C = Cfg::kChunk;
   // wg_qk_tile finds a value head's key head in fp32, exact below 2^22 heads: checked before any
   // work is queued.
@@ -1298,10 +1298,15 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s) {
                        (NC >= 256 || overlap_forced) && 2 * state_blocks <= sm_count();
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
-  cuda::Scratch scratch(st);
   const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
-  Status stt = scratch.alloc(b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc +
-                             2 * b_vec + b_carry);
+  const std::size_t b_all =
+      b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry;
+  if (size_only) {  // the workspace query (detail::cuda_wy_tc_prefill): nothing queued
+    *size_only = b_all;
+    return Status::Ok();
+  }
+  cuda::Scratch scratch(st, a.workspace, a.workspace_bytes);  // the caller's, else the pool
+  Status stt = scratch.alloc(b_all);
   if (!stt.ok()) return stt;
   cuda::ChunkTable table;
   stt = cuda::build_chunk_table(plan, offs, scratch.as<void>(0), st, &table);
@@ -1488,13 +1493,14 @@ bool cuda_wy_tc_supports(const Problem& p, std::string* why) {
   return ok;
 }
 
-Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s) {
+Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                          std::uint64_t* size_only) {
   std::string why;
   if (!cuda_wy_tc_supports(p, &why)) return Status::Unsupported(why);
-  if (p.K == 64 && p.V == 64) return launch<64, 64>(p, a, s);
-  if (p.K == 64 && p.V == 128) return launch<64, 128>(p, a, s);
-  if (p.K == 128 && p.V == 64) return launch<128, 64>(p, a, s);
-  return launch<128, 128>(p, a, s);
+  if (p.K == 64 && p.V == 64) return launch<64, 64>(p, a, s, size_only);
+  if (p.K == 64 && p.V == 128) return launch<64, 128>(p, a, s, size_only);
+  if (p.K == 128 && p.V == 64) return launch<128, 64>(p, a, s, size_only);
+  return launch<128, 128>(p, a, s, size_only);
 }
 
 }  // namespace gdn::detail
