@@ -1286,16 +1286,23 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // 2.125 ms at T = 32768, but 0.553 / 0.531 at 8192 and 0.319 / 0.277 at 4096 (the per-segment
   // launches and the pipeline's fill cost more than the overlap gains on short sequences).
   // GDN_WYTC_OVERLAP=0 disables it, =1 forces it wherever it can run (tests), =negctl forces it
-  // with the carry dropped (negative control).
+  // with the carry dropped (negative control), =all forces it also where the state blocks take
+  // more than half of the SMs (an experiment: qwen3.5-27b's 96 of 132). GDN_WYTC_SEGS=n asks for
+  // n segments (at least 16 chunks each) instead of 8 (experiments).
   const int state_blocks = static_cast<int>(std::min<std::int64_t>(
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
   const bool want_v9 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
-  const std::int64_t seg = std::max<std::int64_t>(16, (NC + 7) / 8);
+  std::int64_t want_segs = 8;
+  if (const char* e = std::getenv("GDN_WYTC_SEGS"); e != nullptr && std::atoi(e) >= 2)
+    want_segs = std::atoi(e);
+  const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
   const int nseg = static_cast<int>((NC + seg - 1) / seg);
+  const bool overlap_all = env_is("GDN_WYTC_OVERLAP", "all");
   const bool overlap_negctl = env_is("GDN_WYTC_OVERLAP", "negctl");
-  const bool overlap_forced = overlap_negctl || env_is("GDN_WYTC_OVERLAP", "1");
+  const bool overlap_forced = overlap_negctl || overlap_all || env_is("GDN_WYTC_OVERLAP", "1");
   const bool overlap = want_v9 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
-                       (NC >= 256 || overlap_forced) && 2 * state_blocks <= sm_count();
+                       (NC >= 256 || overlap_forced) &&
+                       (overlap_all || 2 * state_blocks <= sm_count());
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
   const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
