@@ -12,11 +12,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gdn/layer.hpp"
+#include "gpu_test_util.hpp"
 #include "ref/layer_ref.hpp"
 
 namespace gl = gdn::layer;
@@ -246,4 +250,215 @@ TEST(layer_gpu, bad_calls_are_rejected) {
   EXPECT_FALSE(gl::GpuLayer::create(c, short_w, 2, &L2).ok());
   std::vector<std::int32_t> ok_slots = {0, 1};
   EXPECT_TRUE(L->prefill(x.p, y.p, cu.data(), 2, ok_slots.data(), *ws).ok());  // control
+}
+
+// ---- conv_silu v3 against v2, bit for bit (docs/NOTES.md "layer conv kernel v3") ----
+//
+// The v3 conv kernel (default) must produce the same bits as v2 (GDN_LAYER_CONV=v2): the conv
+// output qkv (read through a test hook), the new conv states, and, downstream of them, y and the
+// recurrent states (serial arm: no atomics anywhere, so the rest of the layer is deterministic).
+// Negative control: GDN_LAYER_CONV=v3negctl sums v3's taps in the reverse order, which must change
+// some bits of qkv.
+
+namespace gdn::layer {
+Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<std::uint16_t>* out);
+}
+
+namespace {
+
+// GDN_LAYER_CONV unset (the default kernel) for this object's lifetime.
+class ScopedUnsetEnv {
+ public:
+  explicit ScopedUnsetEnv(const char* name) : name_(name) {
+    const char* prev = std::getenv(name);
+    had_ = prev != nullptr;
+    if (had_) saved_ = prev;
+    unsetenv(name);
+  }
+  ~ScopedUnsetEnv() {
+    if (had_) setenv(name_, saved_.c_str(), 1);
+  }
+  ScopedUnsetEnv(const ScopedUnsetEnv&) = delete;
+  ScopedUnsetEnv& operator=(const ScopedUnsetEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
+struct ConvRun {
+  std::vector<std::uint16_t> qkv, y;
+  std::vector<std::vector<float>> conv, ssm;  // per sequence, from its slot
+};
+
+// Input rows scaled per token so that the conv sums cover SiLU's whole range: exact zeros (a
+// window of zero rows sums to 0), tiny, ordinary and large values (v3's fast path covers
+// 2^-40 <= |a| <= 32; the rest goes through silu() as in v2).
+std::vector<std::uint16_t> wide_range_input(std::size_t T, int hidden, std::uint64_t seed) {
+  static constexpr float kScale[] = {0.f, 0.f, 0.f, 0.f, 1e-18f, 1e-7f, 1.f, 4.f, 12.f, 60.f, 1.f, 0.3f};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<std::uint16_t> v(T * hidden);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float s = kScale[(t / 3) % (sizeof(kScale) / sizeof(float))];
+    for (int h = 0; h < hidden; ++h) v[t * hidden + h] = gl::f32_to_bf16(s * nd(rng));
+  }
+  return v;
+}
+
+// One GPU prefill with GDN_LAYER_CONV = conv and GDN_LAYER_NORM = norm (nullptr: unset), random
+// initial states in shuffled slots; the same weights, states and inputs for the same seed.
+void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint64_t seed, bool wide,
+                   const char* conv, ConvRun* out, const char* norm = nullptr) {
+  ASSERT_TRUE(c.validate().ok()) << c.validate().message();
+  std::unique_ptr<gdn::testutil::ScopedEnv> set_conv, set_norm;
+  std::unique_ptr<ScopedUnsetEnv> unset_conv, unset_norm;
+  if (conv) set_conv = std::make_unique<gdn::testutil::ScopedEnv>("GDN_LAYER_CONV", conv);
+  else unset_conv = std::make_unique<ScopedUnsetEnv>("GDN_LAYER_CONV");
+  if (norm) set_norm = std::make_unique<gdn::testutil::ScopedEnv>("GDN_LAYER_NORM", norm);
+  else unset_norm = std::make_unique<ScopedUnsetEnv>("GDN_LAYER_NORM");
+  const gl::Weights w = gl::synthesize(c, seed);
+  const int N = static_cast<int>(lens.size()), pool = N + 2;
+  std::vector<std::int32_t> cu = {0}, slots;
+  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back((2 * n + 1) % pool);
+  const std::int64_t T = cu.back();
+  std::unique_ptr<gl::GpuLayer> L;
+  gdn::Status st = gl::GpuLayer::create(c, w, pool, &L);
+  ASSERT_TRUE(st.ok()) << st.message();
+  std::unique_ptr<gl::Workspace> ws;
+  ASSERT_TRUE((st = gl::Workspace::create(c, std::max<std::int64_t>(T, 1), N, &ws)).ok()) << st.message();
+  const std::size_t csz = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
+  const std::size_t ssz = static_cast<std::size_t>(c.HV) * c.K * c.V;
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int n = 0; n < N; ++n) {
+    std::vector<float> cs(csz), ss(ssz);
+    for (auto& v : cs) v = gl::bf16_to_f32(gl::f32_to_bf16(nd(rng)));
+    for (auto& v : ss) v = 0.05f * nd(rng);
+    ASSERT_TRUE(L->set_state(slots[n], cs, ss).ok());
+  }
+  const auto x16 = wide ? wide_range_input(static_cast<std::size_t>(T), c.hidden, seed + 2)
+                        : random_bf16(static_cast<std::size_t>(T) * c.hidden, seed + 2);
+  Dev x(x16.size() * 2), y(x16.size() * 2);
+  cudaMemcpy(x.p, x16.data(), x16.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemset(y.p, 0xff, x16.size() * 2);
+  st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, gdn::Arm::serial);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE((st = gl::debug_read_conv_output(*ws, T, &out->qkv)).ok()) << st.message();
+  out->y.resize(x16.size());
+  cudaMemcpy(out->y.data(), y.p, out->y.size() * 2, cudaMemcpyDeviceToHost);
+  out->conv.resize(N), out->ssm.resize(N);
+  for (int n = 0; n < N; ++n) ASSERT_TRUE(L->get_state(slots[n], &out->conv[n], &out->ssm[n]).ok());
+}
+
+template <class T> std::int64_t count_bit_differences(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return -1;
+  std::int64_t d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return d;
+}
+
+// v3 (default) vs v2 on one shape: every output bitwise equal.
+void expect_conv_v3_equals_v2(const gl::Config& c, const std::vector<int>& lens, std::uint64_t seed,
+                              bool wide = false) {
+  const std::string ctx = c.name + " HK" + std::to_string(c.HK) + " HV" + std::to_string(c.HV) +
+                          " KW" + std::to_string(c.conv_kernel) + " P=" + std::to_string(c.proj_dim()) +
+                          " seqs=" + std::to_string(lens.size()) + (wide ? " wide-range x" : "");
+  ConvRun v3, v2;
+  ASSERT_NO_FATAL_FAILURE(run_with_conv(c, lens, seed, wide, nullptr, &v3)) << ctx;
+  ASSERT_NO_FATAL_FAILURE(run_with_conv(c, lens, seed, wide, "v2", &v2)) << ctx;
+  ASSERT_FALSE(v3.qkv.empty()) << ctx;
+  std::int64_t first = -1;
+  for (std::size_t i = 0; i < v3.qkv.size() && first < 0; ++i)
+    if (v3.qkv[i] != v2.qkv[i]) first = static_cast<std::int64_t>(i);
+  EXPECT_EQ(count_bit_differences(v3.qkv, v2.qkv), 0)
+      << ctx << ": qkv differs first at token " << (first < 0 ? -1 : first / c.conv_dim()) << " channel "
+      << (first < 0 ? -1 : first % c.conv_dim());
+  EXPECT_EQ(count_bit_differences(v3.y, v2.y), 0) << ctx << ": y";
+  for (std::size_t n = 0; n < lens.size(); ++n) {
+    EXPECT_EQ(count_bit_differences(v3.conv[n], v2.conv[n]), 0) << ctx << ": conv state of seq " << n;
+    EXPECT_EQ(count_bit_differences(v3.ssm[n], v2.ssm[n]), 0) << ctx << ": recurrent state of seq " << n;
+  }
+}
+
+gl::Config with_heads(const char* preset_name, int hidden, int HK, int HV, int KW) {
+  gl::Config c;
+  EXPECT_TRUE(gl::preset(preset_name, &c));
+  c.hidden = hidden;  // the GEMMs' inner size only: small keeps the synthesized weights small
+  c.HK = HK, c.HV = HV, c.conv_kernel = KW;
+  return c;
+}
+
+// Varlen: an empty sequence, sequences shorter than the conv window, starts inside a run.
+const std::vector<int> kVarlen = {1, 0, 2, 3, 150, 0, 7, 64, 1, 97};
+
+}  // namespace
+
+// qwen3.5-27b conv geometry (CD = 10240, P = 16480, 16-B path), KW 4: one sequence of 301
+// tokens (a partial last group) and the varlen set, nonzero conv states in.
+TEST(layer_gpu, conv_v3_bitwise_equals_v2_qwen35_27b_channels) {
+  const gl::Config c = with_heads("qwen3.5-27b", 128, 16, 48, 4);
+  ASSERT_EQ(c.conv_dim(), 10240);
+  ASSERT_EQ(c.proj_dim(), 16480);
+  expect_conv_v3_equals_v2(c, {301}, 401);
+  expect_conv_v3_equals_v2(c, kVarlen, 402);
+}
+// qwen3-next-80b conv geometry (CD = 8192, P = 12352).
+TEST(layer_gpu, conv_v3_bitwise_equals_v2_qwen3_next_channels) {
+  const gl::Config c = with_heads("qwen3-next-80b", 128, 16, 32, 4);
+  ASSERT_EQ(c.conv_dim(), 8192);
+  expect_conv_v3_equals_v2(c, {5, 0, 260, 2}, 403);
+}
+// Conv sums over SiLU's whole range (zeros, tiny, large: v3's out-of-range branch), 27b channels
+// and the 4-B path.
+TEST(layer_gpu, conv_v3_bitwise_equals_v2_wide_range_inputs) {
+  expect_conv_v3_equals_v2(with_heads("qwen3.5-27b", 128, 16, 48, 4), {2, 0, 250, 45}, 404, true);
+  expect_conv_v3_equals_v2(tiny_with(2, 6, 4), {2, 0, 250, 45}, 405, true);
+}
+// Odd shapes: every conv width 1..8 on the 16-B path (tiny) and on the 4-B path (P not a multiple
+// of 8), many short and empty sequences.
+TEST(layer_gpu, conv_v3_bitwise_equals_v2_odd_shapes) {
+  const std::vector<int> many = {1, 2, 0, 3, 26, 1, 33, 0, 5, 64, 2, 0, 0, 7, 11, 1, 1, 40};
+  for (int kw = 1; kw <= 8; ++kw) {
+    expect_conv_v3_equals_v2(tiny_with(2, 4, kw), many, 410 + kw);
+    expect_conv_v3_equals_v2(tiny_with(2, 6, kw), many, 420 + kw);
+  }
+}
+// Negative control: the comparison above can fail. v3negctl (taps in the reverse order) must
+// change some qkv bits on the 27b shape (16-B path, KW 4), while v2 and v3 agree on the same run.
+TEST(layer_gpu, conv_v3_negative_control_differs) {
+  const gl::Config c = with_heads("qwen3.5-27b", 128, 16, 48, 4);
+  ConvRun v2, neg;
+  ASSERT_NO_FATAL_FAILURE(run_with_conv(c, kVarlen, 402, false, "v2", &v2));
+  ASSERT_NO_FATAL_FAILURE(run_with_conv(c, kVarlen, 402, false, "v3negctl", &neg));
+  const std::int64_t d = count_bit_differences(neg.qkv, v2.qkv);
+  EXPECT_GT(d, 0) << "v3negctl produced v2's qkv bit for bit: the comparison cannot fail";
+  EXPECT_GT(count_bit_differences(neg.y, v2.y), 0) << "y unchanged by a changed qkv";
+  std::printf("v3negctl: %lld of %zu qkv elements differ from v2\n", static_cast<long long>(d),
+              neg.qkv.size());
+}
+
+// gated_norm v3 (default: branch-free SiLU of z) against GDN_LAYER_NORM=v2: y bitwise equal, on
+// the 16-B path (27b heads, V = 128) and the one-element path (P not a multiple of 8), with
+// ordinary and wide-range inputs (z over SiLU's whole range).
+TEST(layer_gpu, norm_v3_bitwise_equals_v2) {
+  struct Case {
+    gl::Config c;
+    std::vector<int> lens;
+    bool wide;
+  };
+  const std::vector<Case> cases = {{with_heads("qwen3.5-27b", 128, 16, 48, 4), {3, 0, 200}, false},
+                                   {with_heads("qwen3.5-27b", 128, 16, 48, 4), {3, 0, 200}, true},
+                                   {tiny_with(2, 6, 4), {37, 0, 2, 70}, false},
+                                   {tiny_with(2, 6, 4), {37, 0, 2, 70}, true}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    ConvRun v3, v2;
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v3, nullptr));
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v2, "v2"));
+    EXPECT_EQ(count_bit_differences(v3.qkv, v2.qkv), 0) << "case " << i << ": qkv";
+    EXPECT_EQ(count_bit_differences(v3.y, v2.y), 0) << "case " << i << ": y";
+  }
 }

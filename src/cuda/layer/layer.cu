@@ -2,12 +2,15 @@
 // with small elementwise kernels between them.
 //
 // Kernels in this file:
-//   conv_silu_kernel         prefill: causal depthwise conv (state-prefixed) + SiLU, q|k|v channels;
-//                            8 channels x 32 tokens per thread, 16-B accesses, window in registers
+//   conv_silu_v3_kernel      prefill (default): causal depthwise conv (state-prefixed) + SiLU, q|k|v
+//                            channels; 8 channels x a run of tokens per thread, rows streamed through
+//                            a per-thread cp.async ring in shared memory, branch-free SiLU fast path
+//   conv_silu_kernel         prefill, v2 (GDN_LAYER_CONV=v2; same outputs bit for bit): 8 channels x
+//                            32 tokens per thread, 16-B accesses, window in registers
 //   conv_state_kernel        prefill: the last kernel-1 conv inputs of each sequence -> its slot
 //   gates_kernel             beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
 //   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z) per (token, value head) row, V/8 lanes
-//                            per row with 16-B accesses
+//                            per row with 16-B accesses (GDN_LAYER_NORM=v2: v2's SiLU code, same bits)
 // (conv and norm: docs/NOTES.md "layer conv/norm kernels v2" for their byte floors.)
 //   decode_conv_kernel       decode: conv over the slot's state + the new token, state shifted
 // The decode recurrence is gdn::decode (include/gdn/decode.hpp, the decode arm's kernel) on strided
@@ -17,6 +20,8 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -202,6 +207,208 @@ __global__ void __launch_bounds__(ConvTile::kThreads)
   }
 }
 
+// ---- conv_silu v3 (docs/NOTES.md "layer conv kernel v3"): the same outputs as v2 bit for bit ----
+//
+// v2 is latency-bound in its instruction stream: every SiLU divide is a separate branch region
+// (fast path, FCHK, call to the slow path), so a thread's 8 channels run one after another, and
+// with 16 warps per SM neither the divides nor the loads overlap. v3:
+//  * the rows of a run stream through a per-thread ring in shared memory (cp.async, kStages groups
+//    of kGroup rows; a thread only reads what it copied itself, so no barrier): the loads of the
+//    next groups are in flight while the current one is computed;
+//  * SiLU as a branch-free fast path over the 8 channels of a row (the instruction sequence the
+//    compiler emits for x / (1 + __expf(-x)) when FCHK passes, without the FCHK) plus one rare
+//    branch per row that recomputes, with silu() itself, every element outside the range
+//    2^-40 <= |x| <= 32 where that sequence is the correctly rounded quotient (zero, tiny, large,
+//    inf, NaN);
+//  * the run length is chosen per launch (a multiple of kGroup) to fill whole waves of blocks.
+struct ConvTile3 {
+  static constexpr int kThreads = 128;   // 8 channels each: 2 KB of a token row per block
+  static constexpr int kGroup = 6;       // rows per cp.async group; a multiple of KW-1 for
+                                         // KW = 2, 3, 4, 7, so the window rotates without moves
+  static constexpr int kStages = 3;      // groups in the ring: 2 in flight while one is used
+  static constexpr int kMinGroups = 4;   // run length bounds (in groups) for the wave fit
+  static constexpr int kMaxGroups = 16;
+  // Blocks per SM the registers must allow: the weights and window take 8 (2 KW - 1) registers.
+  static constexpr int min_blocks(int kw) { return kw <= 4 ? 4 : kw <= 6 ? 3 : 2; }
+};
+
+__device__ __forceinline__ float ex2_ftz(float x) {  // MUFU.EX2; = ex2.approx.f32 for x >= -126
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {  // MUFU.RCP; = rcp.approx.f32 for normal x
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// silu(a) = a / (1 + __expf(-a)) without the divide's range check: __expf(-a) is
+// ex2.approx(-a * log2(e)) (libdevice __nv_fast_expf) whose non-ftz lowering only differs below
+// an argument of -126, and the divide is div.rn's fast path (rcp, one Newton step, quotient, one
+// correction). Both equal the reference sequence where `in_range` holds; the caller recomputes the
+// others with silu().
+__device__ __forceinline__ float silu_fast(float a) {
+  const float e = ex2_ftz(__fmul_rn(-a, 0x1.715476p+0f));
+  const float d = 1.f + e;
+  const float r = rcp_ftz(d);
+  const float r2 = __fmaf_rn(r, __fmaf_rn(-d, r, 1.f), r);
+  const float q = __fmaf_rn(a, r2, 0.f);
+  return __fmaf_rn(r2, __fmaf_rn(-d, q, a), q);
+}
+__device__ __forceinline__ bool silu_fast_in_range(float a) {
+  return (fabsf(a) >= 0x1p-40f) & (fabsf(a) <= 32.f);
+}
+
+// bf16 pairs to fp32 by shifts (exact, as __bfloat1622float2).
+template <int VEC> __device__ __forceinline__ void unpack_f32(const BfVec<VEC>& v, float (&x)[VEC]) {
+  const unsigned* u = reinterpret_cast<const unsigned*>(&v.r);
+#pragma unroll
+  for (int i = 0; i < VEC / 2; ++i) {
+    x[2 * i] = __uint_as_float(u[i] << 16);
+    x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+template <int VEC> __device__ __forceinline__ void cp_async_vec(BfVec<VEC>* smem, const bf16* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (VEC == 8)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+  smem->load(gmem);  // older targets (not in the default gencode): synchronous
+#endif
+}
+__device__ __forceinline__ void cp_async_commit_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// The arguments of conv_silu_kernel plus run_groups (run length = run_groups * kGroup tokens).
+// kNegCtl (tests only, GDN_LAYER_CONV=v3negctl): the taps summed in the reverse order, which
+// changes the rounding of some outputs.
+template <int KW, int VEC, bool kNegCtl>
+__global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW))
+    conv_silu_v3_kernel(const bf16* __restrict__ proj, int P, const bf16* __restrict__ conv_pool,
+                        const int* __restrict__ slots, const int* __restrict__ cu, int N,
+                        const float* __restrict__ conv_w, int CD, int T, int chan_blocks,
+                        int run_groups, bf16* __restrict__ qkv) {
+  using C3 = ConvTile3;
+  constexpr int H = KW > 1 ? KW - 1 : 1;
+  __shared__ BfVec<VEC> ring[C3::kStages * C3::kGroup][C3::kThreads];
+  const int cb = static_cast<int>(blockIdx.x % chan_blocks);
+  const int run_len = run_groups * C3::kGroup;
+  const int t0 = static_cast<int>(blockIdx.x / chan_blocks) * run_len;
+  const int c = VEC * (cb * C3::kThreads + threadIdx.x);
+  if (c >= CD || t0 >= T) return;
+  const int t_end = min(T, t0 + run_len);
+  const int groups = (t_end - t0 + C3::kGroup - 1) / C3::kGroup;
+  const bf16* src = proj + static_cast<std::int64_t>(t0) * P + c;  // row t0, advanced per group
+  auto issue = [&](int g) {  // group g of the run into its ring slot (rows past t_end skipped)
+    if (g < groups) {
+      BfVec<VEC>* dst = &ring[(g % C3::kStages) * C3::kGroup][threadIdx.x];
+      const int rows = min(C3::kGroup, t_end - (t0 + g * C3::kGroup));
+#pragma unroll
+      for (int b = 0; b < C3::kGroup; ++b)
+        if (b < rows) cp_async_vec<VEC>(dst + b * C3::kThreads, src + static_cast<std::int64_t>(b) * P);
+      src += static_cast<std::int64_t>(C3::kGroup) * P;
+    }
+    cp_async_commit_group();  // possibly empty: the group count stays uniform for wait_group
+  };
+#pragma unroll
+  for (int g = 0; g < C3::kStages - 1; ++g) issue(g);
+
+  float w[KW][VEC];
+#pragma unroll
+  for (int j = 0; j < KW; ++j)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[j][i] = conv_w[(c + i) * KW + j];
+  int n = seq_of(cu, N, t0);
+  int next = cu[n + 1];
+  float hist[H][VEC];  // conv inputs of tokens t-KW+1 .. t-1, oldest first
+  {
+    const int start = cu[n];
+    const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+#pragma unroll
+    for (int i = 0; i < KW - 1; ++i) {
+      const int p = t0 - (KW - 1) + i;
+      load_f32<VEC>(p >= start ? proj + static_cast<std::int64_t>(p) * P + c
+                               : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD,
+                    hist[i]);
+    }
+  }
+  bf16* out = qkv + static_cast<std::int64_t>(t0) * CD + c;
+  // One token: window sum (v2's terms in v2's order), SiLU, store, window shift.
+  auto step = [&](const BfVec<VEC>& raw, int t) {
+    if (t >= next) {  // t starts a later sequence: its history is that sequence's conv state
+      do ++n;
+      while (t >= cu[n + 1]);
+      next = cu[n + 1];
+      const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+#pragma unroll
+      for (int i = 0; i < KW - 1; ++i) load_f32<VEC>(st + static_cast<std::int64_t>(i) * CD, hist[i]);
+    }
+    float x[VEC], a[VEC], y[VEC];
+    unpack_f32(raw, x);
+    bool fast = true;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      a[i] = 0.f;
+      if constexpr (kNegCtl) {
+        a[i] += w[KW - 1][i] * x[i];
+#pragma unroll
+        for (int j = KW - 2; j >= 0; --j) a[i] += w[j][i] * hist[j][i];
+      } else {
+#pragma unroll
+        for (int j = 0; j < KW - 1; ++j) a[i] += w[j][i] * hist[j][i];
+        a[i] += w[KW - 1][i] * x[i];
+      }
+      y[i] = silu_fast(a[i]);
+      fast &= silu_fast_in_range(a[i]);
+    }
+    if (!fast) {  // rare: recompute the out-of-range elements exactly as v2
+#pragma unroll
+      for (int i = 0; i < VEC; ++i)
+        if (!silu_fast_in_range(a[i])) y[i] = silu(a[i]);
+    }
+    to_bf16(y).store(out);
+    out += CD;
+    if constexpr (KW > 1) {
+#pragma unroll
+      for (int j = 0; j + 1 < KW - 1; ++j)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) hist[j][i] = hist[j + 1][i];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) hist[KW - 2][i] = x[i];
+    }
+  };
+  // Whole groups: no per-row end test, so the unrolled rows keep the window in place (a group
+  // is a multiple of KW-1 rows for KW = 2, 3, 4, 7).
+  const int full = (t_end - t0) / C3::kGroup;
+  for (int g = 0; g < full; ++g) {
+    issue(g + C3::kStages - 1);  // into the slot read in iteration g-1
+    cp_async_wait_group<C3::kStages - 1>();  // group g has landed
+    const BfVec<VEC>* row = &ring[(g % C3::kStages) * C3::kGroup][threadIdx.x];
+    const int tg = t0 + g * C3::kGroup;
+#pragma unroll
+    for (int b = 0; b < C3::kGroup; ++b) step(row[b * C3::kThreads], tg + b);
+  }
+  if (full < groups) {  // the last, partial group (already issued)
+    cp_async_wait_group<0>();
+    const BfVec<VEC>* row = &ring[(full % C3::kStages) * C3::kGroup][threadIdx.x];
+    const int tg = t0 + full * C3::kGroup;
+#pragma unroll 1
+    for (int b = 0; b < t_end - tg; ++b) step(row[b * C3::kThreads], tg + b);
+  }
+}
+
 // New conv state of each sequence: its last KW-1 conv inputs (older ones from the old state).
 // One thread per (sequence, VEC channels) reads everything before writing: in place is safe.
 template <int VEC>
@@ -248,7 +455,10 @@ __global__ void gates_kernel(const bf16* __restrict__ proj, int P, int b_col, in
 // rmsnorm(o) * norm_w * silu(z) per (token, value head) row, fp32 math. 2^lpr_log2 lanes per row
 // (a power of two: the rows of a warp are aligned lane groups), each holding the VEC-element
 // vectors at j = VEC*(lane + 2^lpr_log2 * k); o and z are both loaded before the row sum.
-template <int VEC>
+// kV3 (default; GDN_LAYER_NORM=v2 for the v2 code): the SiLUs of a thread as conv v3's
+// branch-free fast path plus one rare fallback branch (the same bits; v2's divides each form a
+// branch region, so a thread's 8 SiLUs ran one after another).
+template <int VEC, bool kV3>
 __global__ void __launch_bounds__(NormTile::kThreads)
     gated_norm_kernel(const bf16* __restrict__ o, const bf16* __restrict__ proj, int P, int z_col,
                       const float* __restrict__ norm_w, int HV, int V, float eps, int lpr_log2,
@@ -281,15 +491,46 @@ __global__ void __launch_bounds__(NormTile::kThreads)
   }
   for (int s = lpr >> 1; s > 0; s >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, s);
   const float inv = rsqrtf(ss / static_cast<float>(V) + eps);
+  if constexpr (kV3) {
+    float sz[kChunks][VEC];
+    bool fast = true;
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    const int j = VEC * (lane + lpr * k);
-    if (!valid || j >= V) continue;
-    float w[VEC], y[VEC];
-    load_floats<VEC>(norm_w + j, w);
+    for (int k = 0; k < kChunks; ++k) {
+      const bool live = valid && VEC * (lane + lpr * k) < V;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * silu(zv[k][i]);
-    to_bf16(y).store(out + row * V + j);
+      for (int i = 0; i < VEC; ++i) {
+        sz[k][i] = silu_fast(zv[k][i]);
+        fast &= !live | silu_fast_in_range(zv[k][i]);
+      }
+    }
+    if (!fast) {  // rare: out-of-range z (dead chunks hold 0 and are recomputed harmlessly)
+#pragma unroll
+      for (int k = 0; k < kChunks; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+          if (!silu_fast_in_range(zv[k][i])) sz[k][i] = silu(zv[k][i]);
+    }
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int j = VEC * (lane + lpr * k);
+      if (!valid || j >= V) continue;
+      float w[VEC], y[VEC];
+      load_floats<VEC>(norm_w + j, w);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * sz[k][i];
+      to_bf16(y).store(out + row * V + j);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int j = VEC * (lane + lpr * k);
+      if (!valid || j >= V) continue;
+      float w[VEC], y[VEC];
+      load_floats<VEC>(norm_w + j, w);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * silu(zv[k][i]);
+      to_bf16(y).store(out + row * V + j);
+    }
   }
 }
 
@@ -314,13 +555,84 @@ __global__ void decode_conv_kernel(const bf16* __restrict__ proj, int P, bf16* c
 
 // ---- launchers (prefill and decode share the norm) ----
 
+// GDN_LAYER_CONV (read at each call): unset or "v3" = conv_silu_v3_kernel; "v2" = conv_silu_kernel
+// (A/B runs; the same outputs bit for bit); "v3negctl" = v3 with its taps summed in the reverse
+// order (tests: a comparison that must fail; KW = 4 with 16-B vectors only, else plain v3).
+bool env_equals(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, value) == 0;
+}
+enum class ConvVariant { v3, v2, v3negctl };
+ConvVariant conv_variant() {
+  const char* e = std::getenv("GDN_LAYER_CONV");
+  if (!e) return ConvVariant::v3;
+  if (std::strcmp(e, "v2") == 0) return ConvVariant::v2;
+  if (std::strcmp(e, "v3negctl") == 0) return ConvVariant::v3negctl;
+  return ConvVariant::v3;
+}
+
+// conv_silu_v3 over all T tokens. Run length: kGroup * run_groups tokens, run_groups in
+// [kMinGroups, kMaxGroups] minimising (waves of blocks, rounded up) x (run length + 4 rows of
+// per-run overhead: the window refill and the ring's fill latency), at the resident block count.
+Status launch_conv_v3(const bf16* proj, int P, const bf16* conv_pool, const int* slots, const int* cu,
+                      int N, const float* conv_w, int KW, int CD, std::int64_t T, bf16* qkv,
+                      cudaStream_t s, bool negctl) {
+  using C3 = ConvTile3;
+  using Fn = void (*)(const bf16*, int, const bf16*, const int*, const int*, int, const float*, int,
+                      int, int, int, bf16*);
+  static constexpr Fn k8[ConvTile::kMaxKernel] = {
+      conv_silu_v3_kernel<1, 8, false>, conv_silu_v3_kernel<2, 8, false>,
+      conv_silu_v3_kernel<3, 8, false>, conv_silu_v3_kernel<4, 8, false>,
+      conv_silu_v3_kernel<5, 8, false>, conv_silu_v3_kernel<6, 8, false>,
+      conv_silu_v3_kernel<7, 8, false>, conv_silu_v3_kernel<8, 8, false>};
+  static constexpr Fn k2[ConvTile::kMaxKernel] = {
+      conv_silu_v3_kernel<1, 2, false>, conv_silu_v3_kernel<2, 2, false>,
+      conv_silu_v3_kernel<3, 2, false>, conv_silu_v3_kernel<4, 2, false>,
+      conv_silu_v3_kernel<5, 2, false>, conv_silu_v3_kernel<6, 2, false>,
+      conv_silu_v3_kernel<7, 2, false>, conv_silu_v3_kernel<8, 2, false>};
+  const bool v8 = CD % 8 == 0 && P % 8 == 0;
+  const int vec = v8 ? 8 : 2;
+  Fn k = (v8 ? k8 : k2)[KW - 1];
+  if (negctl && v8 && KW == 4) k = conv_silu_v3_kernel<4, 8, true>;
+  int dev = 0, sms = 0, per_sm = 0;
+  GDN_CUDA_TRY(cudaGetDevice(&dev));
+  GDN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  // Shared memory first (the ring: 36 KB per block at vec 8); L1 holds only conv_w and cu.
+  GDN_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
+                                    cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared));
+  GDN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(k),
+                                                             C3::kThreads, 0));
+  const std::int64_t resident = std::max<std::int64_t>(1, static_cast<std::int64_t>(sms) * per_sm);
+  const int chan_blocks = (CD / vec + C3::kThreads - 1) / C3::kThreads;
+  int best_g = C3::kMinGroups;
+  std::int64_t best_cost = INT64_MAX;
+  for (int g = C3::kMinGroups; g <= C3::kMaxGroups; ++g) {
+    const std::int64_t len = static_cast<std::int64_t>(g) * C3::kGroup;
+    const std::int64_t blocks = chan_blocks * ((T + len - 1) / len);
+    const std::int64_t cost = (blocks + resident - 1) / resident * (len + 4);
+    if (cost < best_cost) best_cost = cost, best_g = g;
+  }
+  const std::int64_t len = static_cast<std::int64_t>(best_g) * C3::kGroup;
+  const std::int64_t blocks = chan_blocks * ((T + len - 1) / len);
+  k<<<static_cast<unsigned>(blocks), C3::kThreads, 0, s>>>(proj, P, conv_pool, slots, cu, N, conv_w, CD,
+                                                          static_cast<int>(T), chan_blocks, best_g, qkv);
+  GDN_CUDA_LAUNCH_CHECK("conv_silu_v3_kernel");
+  return Status::Ok();
+}
+
 // Prefill conv: conv_silu over all T tokens, then the new conv state of each sequence (after, since
 // the state is updated in place and a run's first rows may read the old state).
 Status launch_conv(const bf16* proj, int P, bf16* conv_pool, const int* slots, const int* cu, int N,
                    const float* conv_w, int KW, int CD, std::int64_t T, bf16* qkv, cudaStream_t s) {
   const bool v8 = CD % 8 == 0 && P % 8 == 0;  // every row start and the q|k|v offset 16-B aligned
   const int vec = v8 ? 8 : 2;
-  if (T > 0) {
+  const ConvVariant variant = conv_variant();
+  if (T > 0 && variant != ConvVariant::v2) {
+    Status st = launch_conv_v3(proj, P, conv_pool, slots, cu, N, conv_w, KW, CD, T, qkv, s,
+                               variant == ConvVariant::v3negctl);
+    if (!st.ok()) return st;
+  } else if (T > 0) {
     using Fn = void (*)(const bf16*, int, const bf16*, const int*, const int*, int, const float*, int,
                         int, int, bf16*);
     static constexpr Fn k8[ConvTile::kMaxKernel] = {
@@ -355,12 +667,13 @@ Status launch_gated_norm(const bf16* o, const bf16* proj, int P, int z_col, cons
   if (v8)
     for (lpr_log2 = 0; (8 << lpr_log2) < V;) ++lpr_log2;  // V <= 256: at most 32 lanes
   const std::int64_t blocks = ((rows << lpr_log2) + NormTile::kThreads - 1) / NormTile::kThreads;
-  if (v8)
-    gated_norm_kernel<8><<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(
-        o, proj, P, z_col, norm_w, HV, V, eps, lpr_log2, rows, out);
-  else
-    gated_norm_kernel<1><<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(
-        o, proj, P, z_col, norm_w, HV, V, eps, lpr_log2, rows, out);
+  using Fn = void (*)(const bf16*, const bf16*, int, int, const float*, int, int, float, int,
+                      std::int64_t, bf16*);
+  const bool v2 = env_equals("GDN_LAYER_NORM", "v2");  // A/B: the v2 code (same bits)
+  const Fn k = v8 ? (v2 ? gated_norm_kernel<8, false> : gated_norm_kernel<8, true>)
+                  : (v2 ? gated_norm_kernel<1, false> : gated_norm_kernel<1, true>);
+  k<<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(o, proj, P, z_col, norm_w, HV, V,
+                                                                eps, lpr_log2, rows, out);
   GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
   return Status::Ok();
 }
@@ -702,6 +1015,18 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   if (!(st = L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), N, c.hidden, c.value_dim())).ok())
     return st;
   return from_cuda(cudaGetLastError(), "layer decode");
+}
+
+// Test hook, not in the public header (tests/gpu/test_layer.cpp declares it): the conv output
+// qkv [T, conv_dim] (bf16 bits) that the last prefill on this workspace left.
+Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<std::uint16_t>* out);
+Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<std::uint16_t>* out) {
+  const Workspace::Impl& ws = *wsp.impl();
+  if (!out || T < 0 || T > ws.max_tokens) return Status::Invalid("debug_read_conv_output: bad call");
+  out->resize(static_cast<std::size_t>(T) * ws.c.conv_dim());
+  GDN_CUDA_TRY(cudaDeviceSynchronize());
+  GDN_CUDA_TRY(cudaMemcpy(out->data(), ws.qkv, out->size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost));
+  return Status::Ok();
 }
 
 Status GpuLayer::gemms_only(const void* x, void* y, std::int64_t T, Workspace& wsp, void* stream) {
