@@ -321,7 +321,7 @@ void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint6
   const gl::Weights w = gl::synthesize(c, seed);
   const int N = static_cast<int>(lens.size()), pool = N + 2;
   std::vector<std::int32_t> cu = {0}, slots;
-  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back((2 * n + 1) % pool);
+  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back(N + 1 - n);  // distinct, reversed, 0 unused
   const std::int64_t T = cu.back();
   std::unique_ptr<gl::GpuLayer> L;
   gdn::Status st = gl::GpuLayer::create(c, w, pool, &L);

@@ -1281,7 +1281,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
   // Overlapped passes (see below): one sequence, the v9 state pass, and state blocks that leave
-  // at least half of the SMs to the chunk kernels; segments of >= 16 chunks, at most 8. By
+  // at least half of the SMs to the chunk kernels (or, from 512 chunks, that fit in one wave:
+  // below); segments of >= 16 chunks, at most 8. By
   // default from 256 chunks (T >= 16384) on: r13 (ab693ee, qwen3-next) measured 1.775 against
   // 2.125 ms at T = 32768, but 0.553 / 0.531 at 8192 and 0.319 / 0.277 at 4096 (the per-segment
   // launches and the pipeline's fill cost more than the overlap gains on short sequences).
@@ -1300,9 +1301,13 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool overlap_all = env_is("GDN_WYTC_OVERLAP", "all");
   const bool overlap_negctl = env_is("GDN_WYTC_OVERLAP", "negctl");
   const bool overlap_forced = overlap_negctl || overlap_all || env_is("GDN_WYTC_OVERLAP", "1");
+  // Where the state blocks take more than half of the SMs (but fit in one wave), the overlap
+  // pays from 512 chunks on: r28 (qwen3.5-27b, 96 state blocks of 132) measured 2.280 against
+  // 2.395 ms at T = 32768 and 8.92 against 9.69 at 131072, but 1.309 against 1.184 at 16384.
+  const int sms = sm_count();
+  const bool fits = 2 * state_blocks <= sms ? NC >= 256 : state_blocks <= sms && NC >= 512;
   const bool overlap = want_v9 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
-                       (NC >= 256 || overlap_forced) &&
-                       (overlap_all || 2 * state_blocks <= sm_count());
+                       (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
   const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
