@@ -328,23 +328,27 @@ def test_workspace_cuda(arm):
     kw = dict(arm=arm, cu_seqlens=cpu.cuda(), cu_seqlens_cpu=cpu)
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"], None, x["initial_state"], True)
     n = gdn_torch.prefill_workspace_bytes(*args, **kw)
-    assert n > 0
+    # The serial arm needs none when the offsets are on the device and values are not scanned
+    # (r29: 0 bytes); the WY arms always need their chunk workspace.
+    assert n > 0 if arm != "serial" else n >= 0
+    m = max(n, 256)  # a workspace larger than needed is allowed
     ref_o, ref_hT = gdn_torch.chunk_gated_delta_rule(*args, **kw)
-    ws = torch.empty(n + 256, dtype=torch.uint8, device="cuda")
-    o, hT = gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n])
+    ws = torch.empty(m + 256, dtype=torch.uint8, device="cuda")
+    o, hT = gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:m])
     assert torch.equal(o, ref_o) and torch.equal(hT, ref_hT)
-    with pytest.raises(ValueError, match="too small"):
-        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n - 1])
+    if n > 0:
+        with pytest.raises(ValueError, match="too small"):
+            gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n - 1])
     with pytest.raises(ValueError, match="aligned"):
-        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[128:128 + n])
+        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[128:128 + m])
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n])  # warm-up
+        gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:m])  # warm-up
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_g, hT_g = gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:n])
+        o_g, hT_g = gdn_torch.chunk_gated_delta_rule(*args, **kw, workspace=ws[:m])
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o_g, ref_o) and torch.equal(hT_g, ref_hT)
