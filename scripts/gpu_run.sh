@@ -140,14 +140,10 @@ stage_sanitize() {
     local left=$(($(time_left) - 10))
     if ((left < 30)); then record "$tool" SKIP "out of time ($(elapsed) s elapsed)"; continue; fi
     echo "==== compute-sanitizer --tool $tool, filter '$SANITIZE_FILTER'" >> "$OUT/sanitize.log"
-    # GDN_SANITIZE_EXCLUDE=substr: kernels whose name contains it are not checked (cuBLAS's
-    # nvjet GEMM kernels, which racecheck flags inside the library, r28), where supported.
-    local excl=()
-    if [[ -n ${GDN_SANITIZE_EXCLUDE:-} ]] && "$cs" --help 2>&1 | grep -q -- --kernel-name-exclude; then
-      excl=(--kernel-name-exclude "kns=$GDN_SANITIZE_EXCLUDE")
-      echo "==== excluding kernels matching '$GDN_SANITIZE_EXCLUDE'" >> "$OUT/sanitize.log"
-    fi
-    timeout "$left" "$cs" --tool "$tool" --error-exitcode 99 ${excl[@]+"${excl[@]}"} \
+    # No --kernel-name-exclude: with it racecheck stops at an "Internal Sanitizer Error" on the
+    # layer tests (r30/r31). Racecheck flags cuBLAS's nvjet splitK GEMM kernel (r28), so the
+    # filter keeps layer tests to shapes where cuBLAS does not pick it.
+    timeout "$left" "$cs" --tool "$tool" --error-exitcode 99 \
       "$BUILD/tests/gdn_tests_gpu" --gtest_filter="$SANITIZE_FILTER" >> "$OUT/sanitize.log" 2>&1
     local rc=$? passed
     passed=$(grep -E "^\[  PASSED  \] [0-9]+ test" "$OUT/sanitize.log" | tail -1 | grep -oE "[0-9]+" | head -1)

@@ -435,9 +435,11 @@ TEST(layer_gpu, conv_v3_negative_control_differs) {
   ASSERT_NO_FATAL_FAILURE(run_with_conv(c, kVarlen, 402, false, "v3negctl", &neg));
   const std::int64_t d = count_bit_differences(neg.qkv, v2.qkv);
   EXPECT_GT(d, 0) << "v3negctl produced v2's qkv bit for bit: the comparison cannot fail";
-  EXPECT_GT(count_bit_differences(neg.y, v2.y), 0) << "y unchanged by a changed qkv";
-  std::printf("v3negctl: %lld of %zu qkv elements differ from v2\n", static_cast<long long>(d),
-              neg.qkv.size());
+  // y is not required to change: r30 saw 2 of 3.3 M qkv elements move by one bf16 step, which
+  // left y's bf16 bits unchanged.
+  std::printf("v3negctl: %lld of %zu qkv elements, %lld of %zu y elements differ from v2\n",
+              static_cast<long long>(d), neg.qkv.size(),
+              static_cast<long long>(count_bit_differences(neg.y, v2.y)), neg.y.size());
 }
 
 // gated_norm v3 (default: branch-free SiLU of z) against GDN_LAYER_NORM=v2: y bitwise equal, on
