@@ -41,15 +41,16 @@ inline check::CaseSpec spec_of(std::vector<int> lens, int HK, int HV, int K, int
 }
 
 
-// Sets environment variable `name` to `value` for this object's lifetime (the run-time kernel
-// variant switches, GDN_*_VARIANT), then restores what was there.
+// Sets environment variable `name` to `value` (nullptr: unsets it) for this object's lifetime
+// (the run-time kernel variant switches, GDN_*_VARIANT), then restores what was there.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     const char* prev = std::getenv(name);
     had_ = prev != nullptr;
     if (had_) saved_ = prev;
-    setenv(name, value, 1);
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
   }
   ~ScopedEnv() {
     if (had_) setenv(name_, saved_.c_str(), 1);

@@ -75,6 +75,26 @@ struct Dev {
 
 // Runs GPU prefill over packed sequences in shuffled slots with random initial states and
 // compares y and every slot's final states with the oracle.
+// Random conv states (bf16 values) and recurrent states in the given slots, one pair per
+// sequence in order; copied into `ref` (when given) for the oracle.
+void set_random_states(gl::GpuLayer& L, const gl::Config& c, const std::vector<std::int32_t>& slots,
+                       std::uint64_t seed, gdn::ref::LayerState* ref) {
+  const std::size_t csz = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
+  const std::size_t ssz = static_cast<std::size_t>(c.HV) * c.K * c.V;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (std::size_t n = 0; n < slots.size(); ++n) {
+    std::vector<float> cs(csz), ss(ssz);
+    for (auto& v : cs) v = gl::bf16_to_f32(gl::f32_to_bf16(nd(rng)));
+    for (auto& v : ss) v = 0.05f * nd(rng);
+    ASSERT_TRUE(L.set_state(slots[n], cs, ss).ok());
+    if (ref) {
+      std::copy(cs.begin(), cs.end(), ref->conv.begin() + n * csz);
+      std::copy(ss.begin(), ss.end(), ref->ssm.begin() + n * ssz);
+    }
+  }
+}
+
 void prefill_vs_oracle(const gl::Config& c, gdn::Arm arm, const std::vector<int>& lens,
                        std::uint64_t seed) {
   ASSERT_TRUE(c.validate().ok()) << c.validate().message();
@@ -94,18 +114,7 @@ void prefill_vs_oracle(const gl::Config& c, gdn::Arm arm, const std::vector<int>
   ASSERT_TRUE((st = gl::Workspace::create(c, std::max<std::int64_t>(T, 1), N, &ws)).ok()) << st.message();
 
   auto ref_state = gdn::ref::LayerState::zeros(c, N);
-  const std::size_t csz = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
-  const std::size_t ssz = static_cast<std::size_t>(c.HV) * c.K * c.V;
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int n = 0; n < N; ++n) {
-    std::vector<float> cs(csz), ss(ssz);
-    for (auto& v : cs) v = gl::bf16_to_f32(gl::f32_to_bf16(nd(rng)));
-    for (auto& v : ss) v = 0.05f * nd(rng);
-    ASSERT_TRUE(L->set_state(slots[n], cs, ss).ok());
-    std::copy(cs.begin(), cs.end(), ref_state.conv.begin() + n * csz);
-    std::copy(ss.begin(), ss.end(), ref_state.ssm.begin() + n * ssz);
-  }
+  ASSERT_NO_FATAL_FAILURE(set_random_states(*L, c, slots, seed + 1, &ref_state));
   const auto x16 = random_bf16(static_cast<std::size_t>(T) * c.hidden, seed + 2);
   Dev x(x16.size() * 2), y(x16.size() * 2);
   cudaMemcpy(x.p, x16.data(), x16.size() * 2, cudaMemcpyHostToDevice);
@@ -118,6 +127,8 @@ void prefill_vs_oracle(const gl::Config& c, gdn::Arm arm, const std::vector<int>
   cudaMemcpy(y16.data(), y.p, y16.size() * 2, cudaMemcpyDeviceToHost);
   const auto y_ref = gdn::ref::layer_forward(c, w, decode_bf16(x16), cu, &ref_state);
   expect_within("y", y_ref, decode_bf16(y16), kBoundY, ctx + " (ran " + gdn::to_string(info.ran) + ")");
+  const std::size_t csz = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
+  const std::size_t ssz = static_cast<std::size_t>(c.HV) * c.K * c.V;
   for (int n = 0; n < N; ++n) {
     std::vector<float> cs, ss;
     ASSERT_TRUE(L->get_state(slots[n], &cs, &ss).ok());
@@ -266,27 +277,6 @@ Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<
 
 namespace {
 
-// GDN_LAYER_CONV unset (the default kernel) for this object's lifetime.
-class ScopedUnsetEnv {
- public:
-  explicit ScopedUnsetEnv(const char* name) : name_(name) {
-    const char* prev = std::getenv(name);
-    had_ = prev != nullptr;
-    if (had_) saved_ = prev;
-    unsetenv(name);
-  }
-  ~ScopedUnsetEnv() {
-    if (had_) setenv(name_, saved_.c_str(), 1);
-  }
-  ScopedUnsetEnv(const ScopedUnsetEnv&) = delete;
-  ScopedUnsetEnv& operator=(const ScopedUnsetEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string saved_;
-};
-
 struct ConvRun {
   std::vector<std::uint16_t> qkv, y;
   std::vector<std::vector<float>> conv, ssm;  // per sequence, from its slot
@@ -312,12 +302,7 @@ std::vector<std::uint16_t> wide_range_input(std::size_t T, int hidden, std::uint
 void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint64_t seed, bool wide,
                    const char* conv, ConvRun* out, const char* norm = nullptr) {
   ASSERT_TRUE(c.validate().ok()) << c.validate().message();
-  std::unique_ptr<gdn::testutil::ScopedEnv> set_conv, set_norm;
-  std::unique_ptr<ScopedUnsetEnv> unset_conv, unset_norm;
-  if (conv) set_conv = std::make_unique<gdn::testutil::ScopedEnv>("GDN_LAYER_CONV", conv);
-  else unset_conv = std::make_unique<ScopedUnsetEnv>("GDN_LAYER_CONV");
-  if (norm) set_norm = std::make_unique<gdn::testutil::ScopedEnv>("GDN_LAYER_NORM", norm);
-  else unset_norm = std::make_unique<ScopedUnsetEnv>("GDN_LAYER_NORM");
+  gdn::testutil::ScopedEnv set_conv("GDN_LAYER_CONV", conv), set_norm("GDN_LAYER_NORM", norm);
   const gl::Weights w = gl::synthesize(c, seed);
   const int N = static_cast<int>(lens.size()), pool = N + 2;
   std::vector<std::int32_t> cu = {0}, slots;
@@ -328,16 +313,7 @@ void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint6
   ASSERT_TRUE(st.ok()) << st.message();
   std::unique_ptr<gl::Workspace> ws;
   ASSERT_TRUE((st = gl::Workspace::create(c, std::max<std::int64_t>(T, 1), N, &ws)).ok()) << st.message();
-  const std::size_t csz = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
-  const std::size_t ssz = static_cast<std::size_t>(c.HV) * c.K * c.V;
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int n = 0; n < N; ++n) {
-    std::vector<float> cs(csz), ss(ssz);
-    for (auto& v : cs) v = gl::bf16_to_f32(gl::f32_to_bf16(nd(rng)));
-    for (auto& v : ss) v = 0.05f * nd(rng);
-    ASSERT_TRUE(L->set_state(slots[n], cs, ss).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(set_random_states(*L, c, slots, seed + 1, nullptr));
   const auto x16 = wide ? wide_range_input(static_cast<std::size_t>(T), c.hidden, seed + 2)
                         : random_bf16(static_cast<std::size_t>(T) * c.hidden, seed + 2);
   Dev x(x16.size() * 2), y(x16.size() * 2);

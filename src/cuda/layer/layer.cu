@@ -129,6 +129,34 @@ __device__ __forceinline__ int seq_of(const int* cu, int N, int t) {
   return lo;
 }
 
+// Start of a conv run (v2 and v3): this thread's VEC channels' weights, the sequence of token t0
+// (n, and next = the first token after it) and the KW-1 conv inputs before t0, from proj or,
+// before the sequence's start, from its conv state.
+template <int KW, int VEC>
+__device__ __forceinline__ void conv_begin(const bf16* __restrict__ proj, int P,
+                                           const bf16* __restrict__ conv_pool,
+                                           const int* __restrict__ slots, const int* __restrict__ cu,
+                                           int N, const float* __restrict__ conv_w, int CD, int c,
+                                           int t0, float (&w)[KW][VEC],
+                                           float (&hist)[KW > 1 ? KW - 1 : 1][VEC], int& n,
+                                           int& next) {
+#pragma unroll
+  for (int j = 0; j < KW; ++j)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[j][i] = conv_w[(c + i) * KW + j];
+  n = seq_of(cu, N, t0);
+  next = cu[n + 1];
+  const int start = cu[n];
+  const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+#pragma unroll
+  for (int i = 0; i < KW - 1; ++i) {
+    const int p = t0 - (KW - 1) + i;
+    load_f32<VEC>(p >= start ? proj + static_cast<std::int64_t>(p) * P + c
+                             : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD,
+                  hist[i]);
+  }
+}
+
 // proj: [T, P] bf16 (q|k|v in columns [0, CD)); conv_pool: [slots, KW-1, CD] bf16;
 // conv_w: [CD, KW] f32; qkv: [T, CD] bf16 out.
 // One thread: VEC consecutive channels over a run of kTokens tokens. The KW-1 previous rows of
@@ -147,25 +175,9 @@ __global__ void __launch_bounds__(ConvTile::kThreads)
   const int c = VEC * (cb * ConvTile::kThreads + threadIdx.x);
   if (c >= CD || t0 >= T) return;
   float w[KW][VEC];
-#pragma unroll
-  for (int j = 0; j < KW; ++j)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) w[j][i] = conv_w[(c + i) * KW + j];
-
-  int n = seq_of(cu, N, t0);
-  int next = cu[n + 1];
   float hist[H][VEC];  // conv inputs of tokens t-KW+1 .. t-1, oldest first
-  {
-    const int start = cu[n];
-    const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
-#pragma unroll
-    for (int i = 0; i < KW - 1; ++i) {
-      const int p = t0 - (KW - 1) + i;
-      load_f32<VEC>(p >= start ? proj + static_cast<std::int64_t>(p) * P + c
-                               : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD,
-                    hist[i]);
-    }
-  }
+  int n = 0, next = 0;
+  conv_begin<KW, VEC>(proj, P, conv_pool, slots, cu, N, conv_w, CD, c, t0, w, hist, n, next);
   const int t_end = min(T, t0 + ConvTile::kTokens);
   for (int tb = t0; tb < t_end; tb += ConvTile::kBatch) {
     BfVec<VEC> in[ConvTile::kBatch];
@@ -326,24 +338,9 @@ __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW)
   for (int g = 0; g < C3::kStages - 1; ++g) issue(g);
 
   float w[KW][VEC];
-#pragma unroll
-  for (int j = 0; j < KW; ++j)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) w[j][i] = conv_w[(c + i) * KW + j];
-  int n = seq_of(cu, N, t0);
-  int next = cu[n + 1];
   float hist[H][VEC];  // conv inputs of tokens t-KW+1 .. t-1, oldest first
-  {
-    const int start = cu[n];
-    const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
-#pragma unroll
-    for (int i = 0; i < KW - 1; ++i) {
-      const int p = t0 - (KW - 1) + i;
-      load_f32<VEC>(p >= start ? proj + static_cast<std::int64_t>(p) * P + c
-                               : st + static_cast<std::int64_t>(KW - 1 + p - start) * CD,
-                    hist[i]);
-    }
-  }
+  int n = 0, next = 0;
+  conv_begin<KW, VEC>(proj, P, conv_pool, slots, cu, N, conv_w, CD, c, t0, w, hist, n, next);
   bf16* out = qkv + static_cast<std::int64_t>(t0) * CD + c;
   // One token: window sum (v2's terms in v2's order), SiLU, store, window shift.
   auto step = [&](const BfVec<VEC>& raw, int t) {
