@@ -157,6 +157,35 @@ __device__ __forceinline__ void conv_begin(const bf16* __restrict__ proj, int P,
   }
 }
 
+// Token t starts a later sequence than n: advance n (past empty sequences) and next, and load
+// that sequence's conv state as the window (v2 and v3).
+template <int KW, int VEC>
+__device__ __forceinline__ void conv_next_seq(const bf16* __restrict__ conv_pool,
+                                              const int* __restrict__ slots,
+                                              const int* __restrict__ cu, int CD, int c, int t,
+                                              float (&hist)[KW > 1 ? KW - 1 : 1][VEC], int& n,
+                                              int& next) {
+  do ++n;
+  while (t >= cu[n + 1]);
+  next = cu[n + 1];
+  const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
+#pragma unroll
+  for (int i = 0; i < KW - 1; ++i) load_f32<VEC>(st + static_cast<std::int64_t>(i) * CD, hist[i]);
+}
+// The window moves one token: x (this token's conv input) becomes its newest row.
+template <int KW, int VEC>
+__device__ __forceinline__ void conv_shift(float (&hist)[KW > 1 ? KW - 1 : 1][VEC],
+                                           const float (&x)[VEC]) {
+  if constexpr (KW > 1) {
+#pragma unroll
+    for (int j = 0; j + 1 < KW - 1; ++j)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) hist[j][i] = hist[j + 1][i];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) hist[KW - 2][i] = x[i];
+  }
+}
+
 // proj: [T, P] bf16 (q|k|v in columns [0, CD)); conv_pool: [slots, KW-1, CD] bf16;
 // conv_w: [CD, KW] f32; qkv: [T, CD] bf16 out.
 // One thread: VEC consecutive channels over a run of kTokens tokens. The KW-1 previous rows of
@@ -188,14 +217,7 @@ __global__ void __launch_bounds__(ConvTile::kThreads)
     for (int b = 0; b < ConvTile::kBatch; ++b) {
       const int t = tb + b;
       if (t >= t_end) break;
-      if (t >= next) {  // t starts a later sequence: its history is that sequence's conv state
-        do ++n;
-        while (t >= cu[n + 1]);
-        next = cu[n + 1];
-        const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
-#pragma unroll
-        for (int i = 0; i < KW - 1; ++i) load_f32<VEC>(st + static_cast<std::int64_t>(i) * CD, hist[i]);
-      }
+      if (t >= next) conv_next_seq<KW, VEC>(conv_pool, slots, cu, CD, c, t, hist, n, next);
       float x[VEC], y[VEC];
       to_f32(in[b], x);
 #pragma unroll
@@ -207,14 +229,7 @@ __global__ void __launch_bounds__(ConvTile::kThreads)
         y[i] = silu(a);
       }
       to_bf16(y).store(qkv + static_cast<std::int64_t>(t) * CD + c);
-      if constexpr (KW > 1) {
-#pragma unroll
-        for (int j = 0; j + 1 < KW - 1; ++j)
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) hist[j][i] = hist[j + 1][i];
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) hist[KW - 2][i] = x[i];
-      }
+      conv_shift<KW, VEC>(hist, x);
     }
   }
 }
@@ -344,14 +359,7 @@ __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW)
   bf16* out = qkv + static_cast<std::int64_t>(t0) * CD + c;
   // One token: window sum (v2's terms in v2's order), SiLU, store, window shift.
   auto step = [&](const BfVec<VEC>& raw, int t) {
-    if (t >= next) {  // t starts a later sequence: its history is that sequence's conv state
-      do ++n;
-      while (t >= cu[n + 1]);
-      next = cu[n + 1];
-      const bf16* st = conv_pool + static_cast<std::int64_t>(slots[n]) * (KW - 1) * CD + c;
-#pragma unroll
-      for (int i = 0; i < KW - 1; ++i) load_f32<VEC>(st + static_cast<std::int64_t>(i) * CD, hist[i]);
-    }
+    if (t >= next) conv_next_seq<KW, VEC>(conv_pool, slots, cu, CD, c, t, hist, n, next);
     float x[VEC], a[VEC], y[VEC];
     unpack_f32(raw, x);
     bool fast = true;
@@ -377,14 +385,7 @@ __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW)
     }
     to_bf16(y).store(out);
     out += CD;
-    if constexpr (KW > 1) {
-#pragma unroll
-      for (int j = 0; j + 1 < KW - 1; ++j)
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) hist[j][i] = hist[j + 1][i];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) hist[KW - 2][i] = x[i];
-    }
+    conv_shift<KW, VEC>(hist, x);
   };
   // Whole groups: no per-row end test, so the unrolled rows keep the window in place (a group
   // is a multiple of KW-1 rows for KW = 2, 3, 4, 7).
