@@ -489,8 +489,8 @@ __global__ void __launch_bounds__(NormTile::kThreads)
   }
   for (int s = lpr >> 1; s > 0; s >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, s);
   const float inv = rsqrtf(ss / static_cast<float>(V) + eps);
+  float sz[kChunks][VEC];  // silu(z)
   if constexpr (kV3) {
-    float sz[kChunks][VEC];
     bool fast = true;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
@@ -508,27 +508,21 @@ __global__ void __launch_bounds__(NormTile::kThreads)
         for (int i = 0; i < VEC; ++i)
           if (!silu_fast_in_range(zv[k][i])) sz[k][i] = silu(zv[k][i]);
     }
+  } else {  // v2: one silu() per element (dead chunks hold 0 and are never stored)
 #pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
-      const int j = VEC * (lane + lpr * k);
-      if (!valid || j >= V) continue;
-      float w[VEC], y[VEC];
-      load_floats<VEC>(norm_w + j, w);
+    for (int k = 0; k < kChunks; ++k)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * sz[k][i];
-      to_bf16(y).store(out + row * V + j);
-    }
-  } else {
+      for (int i = 0; i < VEC; ++i) sz[k][i] = silu(zv[k][i]);
+  }
 #pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
-      const int j = VEC * (lane + lpr * k);
-      if (!valid || j >= V) continue;
-      float w[VEC], y[VEC];
-      load_floats<VEC>(norm_w + j, w);
+  for (int k = 0; k < kChunks; ++k) {
+    const int j = VEC * (lane + lpr * k);
+    if (!valid || j >= V) continue;
+    float w[VEC], y[VEC];
+    load_floats<VEC>(norm_w + j, w);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * silu(zv[k][i]);
-      to_bf16(y).store(out + row * V + j);
-    }
+    for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * sz[k][i];
+    to_bf16(y).store(out + row * V + j);
   }
 }
 
