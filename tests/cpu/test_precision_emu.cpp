@@ -1,0 +1,134 @@
+// The operand-precision emulator of tools/precision (emu.hpp) checked on its own: (a) with every
+// fold in fp32 it reproduces the fp64 oracle to fp32 accuracy; (b) its bf16 / fp16 rounding is
+// exact on known values (ties to even, overflow, subnormals) and agrees with the repo's
+// converters; (c) negative control: bf16 single products (scheme C) give a clearly larger state
+// error than split bf16 (scheme A), so the comparison the study rests on can fail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../../tools/precision/emu.hpp"
+#include "check/check.hpp"
+
+namespace {
+
+using namespace gdn;
+namespace pe = gdn::precision;
+
+pe::HeadInputs head(const check::Case& c) {
+  pe::HeadInputs h;
+  h.K = c.prob.K, h.V = c.prob.V, h.T = c.T;
+  h.q = c.q32, h.k = c.k32, h.v = c.v32, h.g = c.g, h.beta = c.beta32, h.h0 = c.h0;
+  h.l2norm = c.prob.qk_l2norm;
+  h.scale = c.prob.scale;
+  return h;
+}
+
+check::Case one_head(int T, check::Decay d, check::BetaKind b, bool l2norm, std::uint64_t seed) {
+  check::CaseSpec s;
+  s.seq_lens = {T};
+  s.HK = s.HV = 1;
+  s.decay = d;
+  s.beta = b;
+  s.l2norm_in_kernel = l2norm;
+  return check::make_case(s, seed);
+}
+
+struct Err {
+  double o, state;
+};
+Err run(const check::Case& c, const check::Oracle& ref, const pe::Scheme& sc) {
+  pe::HeadResult r;
+  pe::emulate(head(c), sc, &r);
+  const std::vector<double> o(r.o.begin(), r.o.end()), s(r.hT.begin(), r.hT.end());
+  return {check::compare(ref.o, o).rel_rms, check::compare(ref.hT, s).rel_rms};
+}
+
+const pe::Scheme& scheme(const char* name) {
+  static const auto all = pe::study_schemes();
+  const pe::Scheme* s = pe::find_scheme(all, name);
+  EXPECT_NE(s, nullptr) << name;
+  return *s;
+}
+
+TEST(PrecisionEmu, AllFp32MatchesFp64Oracle) {
+  pe::Scheme f32 = scheme("F32");
+  f32.o_bf16 = false;
+  // T = 200: three full chunks and a partial one; pre-normalised and in-kernel l2norm keys.
+  for (bool l2 : {false, true})
+    for (auto d : {check::Decay::slow, check::Decay::none}) {
+      const check::Case c = one_head(200, d, check::BetaKind::random, l2, 7);
+      const check::Oracle ref = check::ref_serial(c);
+      const Err e = run(c, ref, f32);
+      EXPECT_LT(e.o, 3e-6) << "l2norm " << l2;
+      EXPECT_LT(e.state, 3e-6) << "l2norm " << l2;
+      EXPECT_GT(e.state, 0.0);  // fp32 arithmetic does round
+    }
+}
+
+TEST(PrecisionEmu, RoundingHelpersExact) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // bf16: 8 significant bits, ties to even.
+  EXPECT_EQ(pe::round_bf16(1.f + 0x1p-8f), 1.f);
+  EXPECT_EQ(pe::round_bf16(1.f + 3 * 0x1p-8f), 1.f + 0x1p-6f);
+  EXPECT_EQ(pe::round_bf16(1.f + 0x1p-8f + 0x1p-20f), 1.f + 0x1p-7f);
+  EXPECT_EQ(pe::round_bf16(-1.f - 0x1p-8f), -1.f);
+  EXPECT_EQ(pe::round_bf16(std::numeric_limits<float>::max()), inf);
+  EXPECT_EQ(pe::round_bf16(0x1.fep127f), 0x1.fep127f);             // bf16 max
+  EXPECT_EQ(pe::round_bf16(0x1p-133f + 0x1p-134f), 0x1p-132f);     // subnormal tie -> even
+  EXPECT_EQ(pe::round_bf16(0x1p-134f), 0.f);                       // half the quantum -> 0
+  EXPECT_TRUE(std::isnan(pe::round_bf16(std::numeric_limits<float>::quiet_NaN())));
+  // fp16: 11 significant bits, max 65504, subnormal quantum 2^-24.
+  EXPECT_EQ(pe::round_fp16(1.f + 0x1p-11f), 1.f);
+  EXPECT_EQ(pe::round_fp16(1.f + 3 * 0x1p-11f), 1.f + 0x1p-9f);
+  EXPECT_EQ(pe::round_fp16(65504.f), 65504.f);
+  EXPECT_EQ(pe::round_fp16(65519.f), 65504.f);
+  EXPECT_EQ(pe::round_fp16(65520.f), inf);  // tie between 65504 and 65536 -> even -> overflow
+  EXPECT_EQ(pe::round_fp16(-70000.f), -inf);
+  EXPECT_EQ(pe::round_fp16(0x1p-24f), 0x1p-24f);
+  EXPECT_EQ(pe::round_fp16(0x1p-25f), 0.f);               // tie -> even (0)
+  EXPECT_EQ(pe::round_fp16(3 * 0x1p-25f), 0x1p-23f);      // tie between 1 and 2 quanta -> 2
+  EXPECT_EQ(pe::round_fp16(0x1p-14f + 0x1p-25f), 0x1p-14f);
+  EXPECT_EQ(pe::round_fp16(0x1.8p-20f + 0x1p-26f), 0x1.8p-20f);  // subnormal, below the tie
+  EXPECT_EQ(pe::round_fp16(-0x1p-30f), 0.f);
+  EXPECT_TRUE(std::signbit(pe::round_fp16(-0x1p-30f)));
+  // Agreement with the repo's converters (bit manipulation / _Float16) over many magnitudes.
+  std::uint64_t s = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float m = 1.f + float(s >> 40) * 0x1p-24f;
+    const int e = int((s >> 20) % 80) - 40;
+    const float x = ((s >> 10) & 1 ? -1.f : 1.f) * std::ldexp(m, e);
+    ASSERT_EQ(pe::round_bf16(x), check::round_to(DType::bf16, x)) << x;
+    ASSERT_EQ(pe::round_fp16(x), check::round_to(DType::f16, x)) << x;
+  }
+  // The split: hi + lo carries ~16 (bf16) / ~22 (fp16) bits.
+  pe::Operand op;
+  const float x[2] = {1.f / 3.f, -2.f / 7.f};
+  pe::make_operand(pe::Fmt::bf16x2, x, 1, 2, &op);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(op.hi[i], pe::round_bf16(x[i]));
+    EXPECT_LT(std::fabs(op.hi[i] + op.lo[i] - x[i]), std::fabs(x[i]) * 0x1p-16f);
+  }
+  pe::make_operand(pe::Fmt::fp16x2s, x, 1, 2, &op);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_LT(std::fabs(op.hi[i] + std::ldexp(op.lo[i], -pe::kLoShift) - x[i]),
+              std::fabs(x[i]) * 0x1p-21f);
+}
+
+TEST(PrecisionEmu, BF16SingleProductsLoseToSplitNegativeControl) {
+  const check::Case c = one_head(1024, check::Decay::slow, check::BetaKind::random, false, 3);
+  const check::Oracle ref = check::ref_serial(c);
+  const Err a = run(c, ref, scheme("A")), cc = run(c, ref, scheme("C"));
+  // Split bf16 state error is ~1e-5 at most; plain bf16 ~1e-3: demand a factor of 20.
+  EXPECT_LT(a.state, 1e-4);
+  EXPECT_GT(cc.state, 20 * a.state) << "A " << a.state << " C " << cc.state;
+  EXPECT_GT(cc.o, 1.3 * a.o);
+  // The unit count of the current arm (docs/NOTES_wy_tc.md, "How far can the two targets move?").
+  EXPECT_EQ(scheme("A").state_units(), 17);
+  EXPECT_EQ(scheme("C").state_units(), 7);
+}
+
+}  // namespace
