@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "check/check.hpp"
+#include "check/rng.hpp"
 #include "ref/ref.hpp"
 
 #ifdef GDN_WITH_CUDA
@@ -52,21 +53,7 @@ float round_to(DType d, float x) {
 namespace {
 
 // splitmix64: portable, so fixtures are identical on every platform and standard library.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double uniform(double a, double b) { return a + (b - a) * uniform(); }
-  double normal() {  // Box-Muller
-    const double u1 = 1.0 - uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-};
+using Rng = SplitMix64;
 
 const char* decay_name(Decay d) {
   switch (d) {

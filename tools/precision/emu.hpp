@@ -232,81 +232,42 @@ inline Scheme uniform_scheme(std::string name, Fmt in, Fmt fp32side) {
   return s;
 }
 
-// The schemes of the study (names as in docs/NOTES_wy_tc.md).
+// The schemes of the study (names as in docs/NOTES_wy_tc.md): a uniform base, then the
+// operands that differ from it.
 inline std::vector<Scheme> study_schemes() {
   std::vector<Scheme> v;
-  {
-    Scheme s = uniform_scheme("F32", Fmt::f32, Fmt::f32);
-    s.note = "every operand fp32 (floor: fp32 accumulation + bf16 o)";
+  auto add = [&v](const char* name, Fmt in, Fmt fp32side, const char* note, auto&& tweak) {
+    Scheme s = uniform_scheme(name, in, fp32side);
+    tweak(s);
+    s.note = note;
     v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("A", Fmt::bf16, Fmt::bf16x2);
-    s.note = "current wy-tc: every fp32-valued operand bf16 hi+lo, inputs exact bf16";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("B", Fmt::fp16, Fmt::fp16);
-    s.note = "fp16 operands, one product per fold";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("C", Fmt::bf16, Fmt::bf16);
-    s.note = "bf16 operands, one product per fold (the peers)";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("D", Fmt::fp16, Fmt::fp16);
-    s.x_S = Fmt::fp16x2;
-    s.st_Vn = Fmt::fp16x2;
-    s.note = "fp16; hi+lo only on S in X and on Vn in ST";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("E1", Fmt::fp16, Fmt::fp16);
-    s.x_S = Fmt::fp16x2s;
-    s.st_Vn = Fmt::fp16x2s;
-    s.note = "D with the lo parts scaled by 2^12 (no fp16 subnormals), second accumulator";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("E2", Fmt::fp16, Fmt::fp16);
-    s.wu_T = Fmt::fp16x2;
-    s.st_Vn = Fmt::fp16x2s;
-    s.note = "fp16; hi+lo on the T side of W, U (chunk pass) and on Vn in ST (scaled lo)";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("E3", Fmt::fp16, Fmt::fp16);
-    s.wu_T = Fmt::fp16x2;
-    s.st_Vn = Fmt::fp16x2s;
-    s.x_S = Fmt::fp16x2s;
-    s.note = "E2 + hi+lo (scaled lo) on S in X";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("E4", Fmt::bf16, Fmt::bf16x2);
-    s.os_S = Fmt::bf16;
-    s.op_P = Fmt::bf16;
-    s.op_Vn = Fmt::bf16;
-    s.note = "A with the output folds OS, OP unsplit (bf16)";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("E5", Fmt::fp16, Fmt::fp16);
-    s.wu_T = Fmt::fp16x2;
-    s.note = "B + hi+lo on the T side of W, U only (chunk pass; state chain as B)";
-    v.push_back(s);
-  }
-  {
-    Scheme s = uniform_scheme("E6", Fmt::fp16, Fmt::fp16);
-    s.wu_T = Fmt::fp16x2;
-    s.st_Vn = Fmt::fp16x2s;
-    s.x_S = Fmt::fp16x2s;
-    s.x_W = Fmt::fp16x2s;
-    s.note = "E3 + hi+lo on W in X (every state-feeding fp32 operand split, fp16)";
-    v.push_back(s);
-  }
+  };
+  auto none = [](Scheme&) {};
+  add("F32", Fmt::f32, Fmt::f32, "every operand fp32 (floor: fp32 accumulation + bf16 o)", none);
+  add("A", Fmt::bf16, Fmt::bf16x2,
+      "current wy-tc: every fp32-valued operand bf16 hi+lo, inputs exact bf16", none);
+  add("B", Fmt::fp16, Fmt::fp16, "fp16 operands, one product per fold", none);
+  add("C", Fmt::bf16, Fmt::bf16, "bf16 operands, one product per fold (the peers)", none);
+  add("D", Fmt::fp16, Fmt::fp16, "fp16; hi+lo only on S in X and on Vn in ST",
+      [](Scheme& s) { s.x_S = s.st_Vn = Fmt::fp16x2; });
+  add("E1", Fmt::fp16, Fmt::fp16,
+      "D with the lo parts scaled by 2^12 (no fp16 subnormals), second accumulator",
+      [](Scheme& s) { s.x_S = s.st_Vn = Fmt::fp16x2s; });
+  add("E2", Fmt::fp16, Fmt::fp16,
+      "fp16; hi+lo on the T side of W, U (chunk pass) and on Vn in ST (scaled lo)",
+      [](Scheme& s) { s.wu_T = Fmt::fp16x2, s.st_Vn = Fmt::fp16x2s; });
+  add("E3", Fmt::fp16, Fmt::fp16, "E2 + hi+lo (scaled lo) on S in X", [](Scheme& s) {
+    s.wu_T = Fmt::fp16x2, s.st_Vn = s.x_S = Fmt::fp16x2s;
+  });
+  add("E4", Fmt::bf16, Fmt::bf16x2, "A with the output folds OS, OP unsplit (bf16)",
+      [](Scheme& s) { s.os_S = s.op_P = s.op_Vn = Fmt::bf16; });
+  add("E5", Fmt::fp16, Fmt::fp16,
+      "B + hi+lo on the T side of W, U only (chunk pass; state chain as B)",
+      [](Scheme& s) { s.wu_T = Fmt::fp16x2; });
+  add("E6", Fmt::fp16, Fmt::fp16,
+      "E3 + hi+lo on W in X (every state-feeding fp32 operand split, fp16)", [](Scheme& s) {
+        s.wu_T = Fmt::fp16x2, s.st_Vn = s.x_S = s.x_W = Fmt::fp16x2s;
+      });
   return v;
 }
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "check/check.hpp"
+#include "check/rng.hpp"
 #include "precision/emu.hpp"
 
 using namespace gdn;
@@ -40,20 +41,7 @@ using namespace gdn::precision;
 
 namespace {
 
-struct Rng {  // splitmix64 + Box-Muller, as src/check
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  double normal() {
-    const double u1 = 1.0 - uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-};
+using Rng = check::SplitMix64;  // the fixtures' generator (src/check/rng.hpp)
 
 float bf(double x) { return round_bf16(static_cast<float>(x)); }
 
