@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gdn/layer.hpp"
+#include "layer/testing.hpp"
 #include "gpu_test_util.hpp"
 #include "ref/layer_ref.hpp"
 
@@ -271,9 +272,6 @@ TEST(layer_gpu, bad_calls_are_rejected) {
 // Negative control: GDN_LAYER_CONV=v3negctl sums v3's taps in the reverse order, which must change
 // some bits of qkv.
 
-namespace gdn::layer {
-Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<std::uint16_t>* out);
-}
 
 namespace {
 

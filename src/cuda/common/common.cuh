@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/internal.hpp"
@@ -28,6 +29,13 @@ inline Status from_cuda(cudaError_t e, const char* what) {
 #define GDN_CUDA_LAUNCH_CHECK(name) GDN_CUDA_TRY(cudaGetLastError())
 
 inline cudaStream_t stream_of(const PrefillArgs& a) { return static_cast<cudaStream_t>(a.stream); }
+
+// Run-time kernel switches (GDN_*; read at every call so that tests and A/B runs can change them
+// in one process): true when environment variable `name` is set to exactly `value`.
+inline bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
 
 // Element loads/stores converting to and from fp32.
 template <typename T> __device__ __forceinline__ float to_f32(T x);

@@ -28,6 +28,7 @@
 #include "cuda/common/common.cuh"
 #include "gdn/decode.hpp"
 #include "gdn/layer.hpp"
+#include "layer/testing.hpp"
 
 namespace gdn::layer {
 
@@ -550,16 +551,10 @@ __global__ void decode_conv_kernel(const bf16* __restrict__ proj, int P, bf16* c
 // GDN_LAYER_CONV (read at each call): unset or "v3" = conv_silu_v3_kernel; "v2" = conv_silu_kernel
 // (A/B runs; the same outputs bit for bit); "v3negctl" = v3 with its taps summed in the reverse
 // order (tests: a comparison that must fail; KW = 4 with 16-B vectors only, else plain v3).
-bool env_equals(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, value) == 0;
-}
 enum class ConvVariant { v3, v2, v3negctl };
 ConvVariant conv_variant() {
-  const char* e = std::getenv("GDN_LAYER_CONV");
-  if (!e) return ConvVariant::v3;
-  if (std::strcmp(e, "v2") == 0) return ConvVariant::v2;
-  if (std::strcmp(e, "v3negctl") == 0) return ConvVariant::v3negctl;
+  if (cuda::env_is("GDN_LAYER_CONV", "v2")) return ConvVariant::v2;
+  if (cuda::env_is("GDN_LAYER_CONV", "v3negctl")) return ConvVariant::v3negctl;
   return ConvVariant::v3;
 }
 
@@ -661,7 +656,7 @@ Status launch_gated_norm(const bf16* o, const bf16* proj, int P, int z_col, cons
   const std::int64_t blocks = ((rows << lpr_log2) + NormTile::kThreads - 1) / NormTile::kThreads;
   using Fn = void (*)(const bf16*, const bf16*, int, int, const float*, int, int, float, int,
                       std::int64_t, bf16*);
-  const bool v2 = env_equals("GDN_LAYER_NORM", "v2");  // A/B: the v2 code (same bits)
+  const bool v2 = cuda::env_is("GDN_LAYER_NORM", "v2");  // A/B: the v2 code (same bits)
   const Fn k = v8 ? (v2 ? gated_norm_kernel<8, false> : gated_norm_kernel<8, true>)
                   : (v2 ? gated_norm_kernel<1, false> : gated_norm_kernel<1, true>);
   k<<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(o, proj, P, z_col, norm_w, HV, V,
@@ -1009,9 +1004,7 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   return from_cuda(cudaGetLastError(), "layer decode");
 }
 
-// Test hook, not in the public header (tests/gpu/test_layer.cpp declares it): the conv output
-// qkv [T, conv_dim] (bf16 bits) that the last prefill on this workspace left.
-Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<std::uint16_t>* out);
+// Test hook (src/layer/testing.hpp): the conv output qkv that the last prefill on `wsp` left.
 Status debug_read_conv_output(const Workspace& wsp, std::int64_t T, std::vector<std::uint16_t>* out) {
   const Workspace::Impl& ws = *wsp.impl();
   if (!out || T < 0 || T > ws.max_tokens) return Status::Invalid("debug_read_conv_output: bad call");

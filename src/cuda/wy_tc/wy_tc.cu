@@ -1171,10 +1171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
-bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::string(e) == value;
-}
+using cuda::env_is;
 
 // The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
 // sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
@@ -1294,8 +1291,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
   const bool want_v9 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
   std::int64_t want_segs = 8;
-  if (const char* e = std::getenv("GDN_WYTC_SEGS"); e != nullptr && std::atoi(e) >= 2)
-    want_segs = std::atoi(e);
+  if (const char* e = std::getenv("GDN_WYTC_SEGS")) want_segs = std::max(2, std::atoi(e));
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
   const int nseg = static_cast<int>((NC + seg - 1) / seg);
   const bool overlap_all = env_is("GDN_WYTC_OVERLAP", "all");
