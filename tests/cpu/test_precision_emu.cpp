@@ -94,16 +94,6 @@ TEST(PrecisionEmu, RoundingHelpersExact) {
   EXPECT_EQ(pe::round_fp16(0x1.8p-20f + 0x1p-26f), 0x1.8p-20f);  // subnormal, below the tie
   EXPECT_EQ(pe::round_fp16(-0x1p-30f), 0.f);
   EXPECT_TRUE(std::signbit(pe::round_fp16(-0x1p-30f)));
-  // Agreement with the repo's converters (bit manipulation / _Float16) over many magnitudes.
-  std::uint64_t s = 12345;
-  for (int i = 0; i < 200000; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const float m = 1.f + float(s >> 40) * 0x1p-24f;
-    const int e = int((s >> 20) % 80) - 40;
-    const float x = ((s >> 10) & 1 ? -1.f : 1.f) * std::ldexp(m, e);
-    ASSERT_EQ(pe::round_bf16(x), check::round_to(DType::bf16, x)) << x;
-    ASSERT_EQ(pe::round_fp16(x), check::round_to(DType::f16, x)) << x;
-  }
   // The split: hi + lo carries ~16 (bf16) / ~22 (fp16) bits.
   pe::Operand op;
   const float x[2] = {1.f / 3.f, -2.f / 7.f};

@@ -30,40 +30,19 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
+
+#include "check/check.hpp"
 
 namespace gdn::precision {
 
 // ---------------------------------------------------------------- rounding helpers
 
-// Round a float to bf16 (8 significant bits, fp32's exponent range), nearest even; NaN stays NaN.
-inline float round_bf16(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, 4);
-  if ((b & 0x7fffffffu) > 0x7f800000u) return x;  // NaN
-  b += 0x7fffu + ((b >> 16) & 1u);                 // overflows to inf correctly
-  b &= 0xffff0000u;
-  float r;
-  std::memcpy(&r, &b, 4);
-  return r;
-}
-
-// Round a float to IEEE fp16 (11 significant bits, normal exponents -14..15, subnormal quantum
-// 2^-24, max 65504), nearest even; values that round above 65504 become +-inf.
-inline float round_fp16(float x) {
-  if (!std::isfinite(x)) return x;
-  const float a = std::fabs(x);
-  if (a == 0.f) return x;
-  int e;
-  std::frexp(a, &e);                    // a = m 2^e, m in [0.5, 1): leading bit 2^(e-1)
-  const int eb = std::max(e - 1, -14);  // below 2^-14 the quantum stays 2^-24 (subnormals)
-  const float q = std::ldexp(1.f, eb - 10);
-  float r = std::nearbyint(a / q) * q;  // a / q exact (power of two); default mode: to even
-  if (r > 65504.f) r = std::numeric_limits<float>::infinity();
-  return std::copysign(r, x);
-}
+// Round a float to bf16 / IEEE fp16, nearest even (fp16: subnormals, +-inf above 65504): the
+// fixtures' converters (src/check).
+inline float round_bf16(float x) { return check::round_to(DType::bf16, x); }
+inline float round_fp16(float x) { return check::round_to(DType::f16, x); }
 
 enum class Fmt { f32, bf16, fp16, bf16x2, fp16x2, fp16x2s };
 constexpr int kLoShift = 12;  // fp16x2s: lo stored as round((x - hi) 2^12)
@@ -468,18 +447,6 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
     for (auto& x : S) x *= eL;
     mm(okst, oVd, S.data());
   }
-}
-
-// Relative RMS ||x - ref|| / ||ref|| (inf if x has a non-finite value), as check::compare.
-inline double rel_rms(const std::vector<double>& ref, const std::vector<float>& x) {
-  double d2 = 0, r2 = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(x[i])) return std::numeric_limits<double>::infinity();
-    const double d = double(x[i]) - ref[i];
-    d2 += d * d;
-    r2 += ref[i] * ref[i];
-  }
-  return r2 > 0 ? std::sqrt(d2 / r2) : (d2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
 }
 
 }  // namespace gdn::precision
