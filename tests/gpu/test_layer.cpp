@@ -74,8 +74,6 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
-// Runs GPU prefill over packed sequences in shuffled slots with random initial states and
-// compares y and every slot's final states with the oracle.
 // Random conv states (bf16 values) and recurrent states in the given slots, one pair per
 // sequence in order; copied into `ref` (when given) for the oracle.
 void set_random_states(gl::GpuLayer& L, const gl::Config& c, const std::vector<std::int32_t>& slots,
@@ -96,6 +94,8 @@ void set_random_states(gl::GpuLayer& L, const gl::Config& c, const std::vector<s
   }
 }
 
+// Runs GPU prefill over packed sequences in shuffled slots with random initial states and
+// compares y and every slot's final states with the oracle.
 void prefill_vs_oracle(const gl::Config& c, gdn::Arm arm, const std::vector<int>& lens,
                        std::uint64_t seed) {
   ASSERT_TRUE(c.validate().ok()) << c.validate().message();
