@@ -402,6 +402,15 @@ Arm resolve_arm(Arm requested, const Problem& p, const PrefillArgs& a, std::stri
 }
 
 namespace detail {
+namespace {
+thread_local bool t_wide_values = false;
+}  // namespace
+bool wide_values() { return t_wide_values; }
+WideValuesScope::WideValuesScope(bool wide) : prev_(t_wide_values) {
+  t_wide_values = prev_ || wide;
+}
+WideValuesScope::~WideValuesScope() { t_wide_values = prev_; }
+
 Status arm_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm ran, std::uint64_t* bytes) {
   *bytes = 0;
   if (ran == Arm::cpu) return Status::Ok();
@@ -478,7 +487,9 @@ Status prefill(const Problem& p, const PrefillArgs& a, Arm arm, RunInfo* info) {
                              std::to_string(a.workspace_bytes) +
                              " (gdn::prefill_workspace_bytes)");
   }
-  if (a.check_values && !(st = detail::cuda_check_values(p, a, s)).ok()) return st;
+  bool wide = false;
+  if (a.check_values && !(st = detail::cuda_check_values(p, a, s, &wide)).ok()) return st;
+  const detail::WideValuesScope wide_scope(wide);
   switch (ran) {
     case Arm::serial: return detail::cuda_serial_prefill(p, a, s);
     case Arm::wy_fp32: return detail::cuda_wy_fp32_prefill(p, a, s);

@@ -48,9 +48,28 @@ constexpr std::uint64_t kCheckValuesWorkspaceBytes = 4;
 // (shapes, offsets, pointers' alignment), so cp.cpp sizes its internal calls with it.
 Status arm_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm ran, std::uint64_t* bytes);
 
+// Set (per host thread) while arms run on inputs that the value scan found outside the domain of
+// wy-tc's half operand scheme (gdn::kWyTcHalfMaxV, kWyTcHalfMaxQK): wy-tc then runs its split
+// scheme. prefill() and the cp entry points hold a scope around their arm calls; nested scopes
+// keep an outer `true`.
+bool wide_values();
+class WideValuesScope {
+ public:
+  explicit WideValuesScope(bool wide);
+  ~WideValuesScope();
+  WideValuesScope(const WideValuesScope&) = delete;
+  WideValuesScope& operator=(const WideValuesScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 #ifdef GDN_WITH_CUDA
-// Device-side value scan (NaN/Inf, g > 0, beta outside [0, 1]); synchronizes the stream.
-Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s);
+// Device-side value scan (NaN/Inf, g > 0, beta outside [0, 1]); synchronizes the stream. `wide`
+// (optional): set to whether any |q|, |k| > kWyTcHalfMaxQK or |v|, |h0| > kWyTcHalfMaxV (not an
+// error: wy-tc's split scheme covers any range).
+Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s,
+                         bool* wide = nullptr);
 // Classify a pointer: 1 = device/managed, 0 = host, -1 = unknown (no CUDA device).
 int cuda_pointer_kind(const void* ptr);
 

@@ -179,8 +179,11 @@ Status check_memory(const PrefillArgs& a) {
 }
 
 // Validation, arm choice and the value scan, once for the whole call (`sizing`: no scan).
+// `wide`: the scan found values outside wy-tc's half-scheme domain (the caller holds a
+// detail::WideValuesScope over its arm calls).
 Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInfo* info,
-               bool sizing) {
+               bool sizing, bool* wide) {
+  *wide = false;
   Status st = validate(p, a);
   if (!st.ok()) return st;
   if (!(st = check_memory(a)).ok()) return st;
@@ -202,7 +205,7 @@ Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInf
     }
 #ifdef GDN_WITH_CUDA
     else {
-      st = detail::cuda_check_values(p, a, s);
+      st = detail::cuda_check_values(p, a, s, wide);
     }
 #endif
   }
@@ -319,8 +322,10 @@ Status prefill_cp_impl(const Problem& p, const PrefillArgs& a, int segments, Arm
                        RunInfo* info, std::uint64_t* size_only) {
   Pass ps(a, size_only != nullptr);
   Arm ran;
-  Status st = prepare(p, a, arm, &ran, info, ps.sizing());
+  bool wide = false;
+  Status st = prepare(p, a, arm, &ran, info, ps.sizing(), &wide);
   if (!st.ok()) return st;
+  const detail::WideValuesScope wide_scope(wide);
   const detail::Seqs s = detail::make_seqs(a);
   const int P = segments, N = s.N, HV = p.HV, K = p.K, V = p.V;
   if (std::int64_t(N) * P > INT32_MAX - 1)
@@ -482,7 +487,9 @@ Status cp_rank_maps_impl(const Problem& p, const PrefillArgs& a, int rank, int r
   Status st = check_rank(rank, ranks, maps_r, ps.sizing());
   if (!st.ok()) return st;
   Arm ran;
-  if (!(st = prepare(p, a, arm, &ran, info, ps.sizing())).ok()) return st;
+  bool wide = false;
+  if (!(st = prepare(p, a, arm, &ran, info, ps.sizing(), &wide)).ok()) return st;
+  const detail::WideValuesScope wide_scope(wide);
   const detail::Seqs s = detail::make_seqs(a);
   const int N = s.N, HV = p.HV, K = p.K, V = p.V;
   const std::int64_t seg_state = HV * std::int64_t(K) * V;
@@ -548,7 +555,12 @@ Status cp_rank_finish_impl(const Problem& p, const PrefillArgs& a, int rank, int
   PrefillArgs a2 = a;
   a2.check_values = false;  // scanned by cp_rank_maps
   Pass ps(a2, size_only != nullptr);
-  if (!(st = prepare(p, a2, arm, &ran, info, ps.sizing())).ok()) return st;
+  bool wide = false;  // a2 is not scanned here (cp_rank_maps scanned the inputs)
+  if (!(st = prepare(p, a2, arm, &ran, info, ps.sizing(), &wide)).ok()) return st;
+  // The scan's range finding is not carried over from cp_rank_maps: where the caller asked for
+  // the checks, this pass's arm calls take wy-tc's split scheme (any range); without them the
+  // caller promised the half scheme's domain (gdn::kWyTcHalfMaxV).
+  const detail::WideValuesScope wide_scope(a.check_values);
   const detail::Seqs s = detail::make_seqs(a);
   const int N = s.N, HV = p.HV, K = p.K, V = p.V;
   const std::int64_t KV = std::int64_t(K) * V, KK = std::int64_t(K) * K, seg_state = HV * KV;

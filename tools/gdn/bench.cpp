@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -796,6 +797,10 @@ int run_bench(const BenchOptions& opt) {
     j["iters"] = tm.ms.size();
     j["warmup"] = tm.warmup;
     j["check_values"] = false;
+    {  // wy-tc's operand scheme switch as set for this run (auto: half where it can run)
+      const char* prec = std::getenv("GDN_WYTC_PRECISION");
+      j["wy_tc_precision"] = prec && *prec ? prec : "auto";
+    }
     j["dtype"] = to_string(io);
     j["requested_arm"] = to_string(arm);
     j["first_call_ms"] = tm.first_call_ms >= 0 ? nlohmann::ordered_json(tm.first_call_ms)

@@ -1,6 +1,8 @@
 // Device-side input value scan for `check_values`: NaN/Inf anywhere in q, k, v, g, beta, h0;
 // g > 0 (a growing state); beta outside [0, 1]. One pass over the inputs, then one 4-byte copy
-// back and a stream synchronization — so engines on the hot path turn it off.
+// back and a stream synchronization — so engines on the hot path turn it off. The same pass
+// notes (not an error) whether any |q|, |k| > kWyTcHalfMaxQK or |v|, |h0| > kWyTcHalfMaxV: the
+// wy-tc arm then runs its split scheme instead of the half one (gdn.hpp).
 #include <cstdint>
 #include <string>
 
@@ -11,21 +13,27 @@ namespace {
 
 enum Flag : unsigned {
   kQ = 1u << 0, kK = 1u << 1, kV = 1u << 2, kG = 1u << 3, kGPos = 1u << 4,
-  kBeta = 1u << 5, kBetaRange = 1u << 6, kH0 = 1u << 7
+  kBeta = 1u << 5, kBetaRange = 1u << 6, kH0 = 1u << 7,
+  kWide = 1u << 8  // outside the half scheme's domain: information, not an error
 };
 
-// Scans a [rows, H, D] strided tensor (innermost contiguous) for non-finite values.
+// Scans a [rows, H, D] strided tensor (innermost contiguous) for non-finite values, and for
+// finite values above `wide` in magnitude (kWide).
 template <typename T>
 __global__ void scan3(const T* x, std::int64_t rows, int H, int D, std::int64_t s0, std::int64_t s1,
-                      unsigned flag, unsigned* out) {
+                      unsigned flag, float wide, unsigned* out) {
   const std::int64_t n = rows * H * D;
-  bool bad = false;
+  bool bad = false, big = false;
   for (std::int64_t i = blockIdx.x * (std::int64_t)blockDim.x + threadIdx.x; i < n;
        i += (std::int64_t)gridDim.x * blockDim.x) {
     const std::int64_t d = i % D, h = (i / D) % H, r = i / ((std::int64_t)D * H);
-    bad |= !isfinite(to_f32(x[r * s0 + h * s1 + d]));
+    const float v = to_f32(x[r * s0 + h * s1 + d]);
+    bad |= !isfinite(v);
+    big |= fabsf(v) > wide;  // false for NaN; true for Inf (already an error)
   }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(out, flag);
+  const bool any_bad = __syncthreads_or(bad), any_big = __syncthreads_or(big);
+  if (threadIdx.x == 0 && (any_bad || any_big))
+    atomicOr(out, (any_bad ? flag : 0u) | (any_big ? kWide : 0u));
 }
 
 // g and beta: [T, HV] with row stride.
@@ -46,12 +54,17 @@ __global__ void scan_gates(const float* g, std::int64_t gs, const B* beta, std::
   if (f) atomicOr(out, f);
 }
 
-__global__ void scan_flat(const float* x, std::int64_t n, unsigned flag, unsigned* out) {
-  bool bad = false;
+__global__ void scan_flat(const float* x, std::int64_t n, unsigned flag, float wide,
+                          unsigned* out) {
+  bool bad = false, big = false;
   for (std::int64_t i = blockIdx.x * (std::int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (std::int64_t)gridDim.x * blockDim.x)
+       i += (std::int64_t)gridDim.x * blockDim.x) {
     bad |= !isfinite(x[i]);
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(out, flag);
+    big |= fabsf(x[i]) > wide;
+  }
+  const bool any_bad = __syncthreads_or(bad), any_big = __syncthreads_or(big);
+  if (threadIdx.x == 0 && (any_bad || any_big))
+    atomicOr(out, (any_bad ? flag : 0u) | (any_big ? kWide : 0u));
 }
 
 int grid_for(std::int64_t n) {
@@ -64,8 +77,9 @@ int grid_for(std::int64_t n) {
 
 namespace gdn::detail {
 
-Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s) {
+Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s, bool* wide) {
   using namespace gdn::cuda;
+  if (wide) *wide = false;
   cudaStream_t st = stream_of(a);
   // The flag word: from the start of the caller's workspace when given (the arm takes the
   // workspace after this scan, in stream order), else from the pool.
@@ -80,11 +94,11 @@ Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s) 
     dispatch_dtype(a.q.dtype, [&](auto tag) {
       using E = decltype(tag);
       scan3<E><<<grid_for(T * p.HK * p.K), 256, 0, st>>>(static_cast<const E*>(a.q.data), T, p.HK, p.K,
-                                                        a.q.stride[0], a.q.stride[1], kQ, flags);
+                                                        a.q.stride[0], a.q.stride[1], kQ, kWyTcHalfMaxQK, flags);
       scan3<E><<<grid_for(T * p.HK * p.K), 256, 0, st>>>(static_cast<const E*>(a.k.data), T, p.HK, p.K,
-                                                        a.k.stride[0], a.k.stride[1], kK, flags);
+                                                        a.k.stride[0], a.k.stride[1], kK, kWyTcHalfMaxQK, flags);
       scan3<E><<<grid_for(T * p.HV * p.V), 256, 0, st>>>(static_cast<const E*>(a.v.data), T, p.HV, p.V,
-                                                        a.v.stride[0], a.v.stride[1], kV, flags);
+                                                        a.v.stride[0], a.v.stride[1], kV, kWyTcHalfMaxV, flags);
       return 0;
     });
     GDN_CUDA_LAUNCH_CHECK("scan3");
@@ -100,12 +114,14 @@ Status cuda_check_values(const Problem& p, const PrefillArgs& a, const Seqs& s) 
   }
   if (a.h0.defined() && a.h0.numel() > 0) {
     scan_flat<<<grid_for(a.h0.numel()), 256, 0, st>>>(static_cast<const float*>(a.h0.data),
-                                                      a.h0.numel(), kH0, flags);
+                                                      a.h0.numel(), kH0, kWyTcHalfMaxV, flags);
     GDN_CUDA_LAUNCH_CHECK("scan_flat");
   }
   unsigned host = 0;
   GDN_CUDA_TRY(cudaMemcpyAsync(&host, flags, sizeof(unsigned), cudaMemcpyDeviceToHost, st));
   GDN_CUDA_TRY(cudaStreamSynchronize(st));
+  if (wide) *wide = (host & kWide) != 0;
+  host &= ~static_cast<unsigned>(kWide);
   if (host == 0) return Status::Ok();
   std::string msg = "input values rejected:";
   const std::pair<unsigned, const char*> names[] = {

@@ -87,6 +87,17 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo_idx, float hi_idx) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo_idx, hi_idx);  // .x (low bits) = first argument
   return *reinterpret_cast<std::uint32_t*>(&v);
 }
+// Two fp32 values rounded to fp16 (round to nearest even) and packed, the first in the low half.
+__device__ __forceinline__ std::uint32_t pack_f16(float lo_idx, float hi_idx) {
+  __half2 v = __floats2half2_rn(lo_idx, hi_idx);
+  return *reinterpret_cast<std::uint32_t*>(&v);
+}
+// A bf16 pair as an fp16 pair (exact for |x| in [2^-14, 65504]: bf16's 8 significant bits fit in
+// fp16's 11; smaller values lose bits as fp16 subnormals, larger ones overflow: the half
+// scheme's input domain, gdn::kWyTcHalfMaxQK).
+__device__ __forceinline__ std::uint32_t bf16x2_to_f16x2(std::uint32_t w) {
+  return pack_f16(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
 // x = hi + lo, both bf16; returns the residual that lo represents.
 __device__ __forceinline__ float bf16_residual(float x) {
   return x - __bfloat162float(__float2bfloat16_rn(x));
@@ -213,6 +224,10 @@ struct Workspace {
   // the diagonal scalings travel as fp32 vectors:
   float* eq;          // [NC, HV, C] scale exp(G_i) / |q_i|  (O^T = (S^T Q^T) diag(eq) + ...)
   float* ed;          // [NC, HV, C] exp(G_C - G_j) / |k_j|  (S^T += (Vn^T diag(ed)) K)
+  // Half format (ChunkParams::half_ws, the exact format of the half operand scheme, docs/
+  // bounds.md): wh holds W rounded once to fp16 (wl not used), ph P rounded once to fp16 (pl not
+  // used), qh Q converted to fp16 (exact inside gdn::kWyTcHalfMaxQK); kh stays the exact bf16 K^T
+  // and u, gc, eq, ed are unchanged. Same tile layouts, 2-byte elements.
 };
 
 // Workspace layouts. A bf16 tile of NR rows (the mma's n index) and KC columns (its k index)
@@ -247,6 +262,7 @@ struct ChunkParams {
   int HK, HV;
   bool tiled, l2norm;
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
+  bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -981,10 +997,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
           sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
           const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
           const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-          split_pair(x0, x1, Ph[at], Pl[at]);
+          if (p.half_ws) Ph[at] = pack_f16(x0, x1);
+          else split_pair(x0, x1, Ph[at], Pl[at]);
         } else {  // above the diagonal block: P is zero (the state pass reads the whole tile)
           Ph[at] = 0u;
-          Pl[at] = 0u;
+          if (!p.half_ws) Pl[at] = 0u;
         }
       }
   }
@@ -1000,7 +1017,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       const int kb = 2 * it + (lane >> 4);
       const int piece = (kb * (C / 8) + (r >> 3)) * 8 + (r & 7);
       const uint4 qq = *reinterpret_cast<const uint4*>(sQ + r * LB + 8 * kb);
-      if (p.exact_ws) {
+      if (p.half_ws) {
+        Qh4[piece] = make_uint4(bf16x2_to_f16x2(qq.x), bf16x2_to_f16x2(qq.y),
+                                bf16x2_to_f16x2(qq.z), bf16x2_to_f16x2(qq.w));
+      } else if (p.exact_ws) {
         Qh4[piece] = qq;
       } else {
         const std::uint32_t w4[4] = {qq.x, qq.y, qq.z, qq.w};
@@ -1111,7 +1131,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
           const int at = ws_word<C>(16 * (s ? mt1 : mt0) + acc_row(e), n0 + acc_col(nt, e));
-          split_pair(acc[s][nt][e], acc[s][nt][e + 1], Wh[at], Wl[at]);
+          if (p.half_ws) Wh[at] = pack_f16(acc[s][nt][e], acc[s][nt][e + 1]);
+          else split_pair(acc[s][nt][e], acc[s][nt][e + 1], Wh[at], Wl[at]);
         }
   }
   cp_async_wait<0>();
@@ -1290,6 +1311,14 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const int state_blocks = static_cast<int>(std::min<std::int64_t>(
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
   const bool want_v9 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  // Operand scheme (docs/bounds.md): half (fp16 W, P, Q, S^T and OP's Vn^T, one product per
+  // fold except ST) where the v9 pass runs and the inputs are in its domain, else split (bf16
+  // hi + lo). The domain: promised by the caller with check_values off, checked by the value
+  // scan with it on (detail::wide_values(): outside -> split). GDN_WYTC_PRECISION=split|half
+  // forces one (half: also outside the domain; tests). The workspace is sized for split in both
+  // cases (the half format uses a subset of it), so its size does not depend on values.
+  const bool half = want_v9 && !env_is("GDN_WYTC_PRECISION", "split") &&
+                    (env_is("GDN_WYTC_PRECISION", "half") || !detail::wide_values());
   std::int64_t want_segs = 8;
   if (const char* e = std::getenv("GDN_WYTC_SEGS")) want_segs = std::max(2, std::atoi(e));
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
@@ -1358,6 +1387,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.l2norm = pr.qk_l2norm;
     cp.scale = pr.scale;
     cp.exact_ws = exact_ws;
+    cp.half_ws = half;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1433,6 +1463,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    if (v9 && half)
+      return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
+                "wy_tc_state_kernel_wg9 (half) launch");
     if (v9)
       return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg9 launch");

@@ -102,13 +102,28 @@ __device__ __forceinline__ void wg9_stage_o(const std::uint32_t (&opk)[Cfg::kChu
 #endif
 }
 
-// v9: see the top of this file.
-template <typename TOut, int K, int V>
+// fp16 A fragment of the 16 x 16 block ks of a 16-row accumulator array (acc_to_a's layout, one
+// round to nearest fp16 per value instead of the bf16 hi + lo split): the half scheme.
+template <int NT>
+__device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float (&acc)[NT][4],
+                                             int ks) {
+  h[0] = pack_f16(acc[2 * ks][0], acc[2 * ks][1]);
+  h[1] = pack_f16(acc[2 * ks][2], acc[2 * ks][3]);
+  h[2] = pack_f16(acc[2 * ks + 1][0], acc[2 * ks + 1][1]);
+  h[3] = pack_f16(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
+}
+
+// v9: see the top of this file. kHalf (v10, the half operand scheme, docs/bounds.md; the half
+// workspace format): X = S^T W^T and OS = S^T Q^T as ONE fp16 product each (S^T rounded once to
+// fp16; W, Q fp16 tiles), OP = Vn^T P^T one fp16 product (Vn^T rounded once); ST unchanged (Vn^T
+// diag(ed) split bf16 hi + lo times the exact bf16 K). 9 units of 64^3 MACs per chunk instead of
+// 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
+template <typename TOut, int K, int V, bool kHalf = false>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
-  using Sm = StateSmemWg<K, V, true>;
+  using Sm = StateSmemWg<K, V, true, kHalf>;
   constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
@@ -124,7 +139,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
 
   constexpr unsigned lC = C * 16u, lK = K * 16u;
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
-  const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;
+  const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
@@ -166,18 +181,22 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice);
     }
   };
-  // S^T of the next chunk split hi + lo (X and OS operands), and S^T scaled by its decay.
-  std::uint32_t ah[K / 16][4], al[K / 16][4];
+  // S^T of the next chunk split hi + lo (X and OS operands; kHalf: rounded to fp16 once), and
+  // S^T scaled by its decay.
+  std::uint32_t ah[K / 16][4], al[kHalf ? 1 : K / 16][4];
   auto split_and_decay = [&](float decay) {
 #pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) acc_to_a(ah[ks], al[ks], st, ks);
+    for (int ks = 0; ks < K / 16; ++ks) {
+      if constexpr (kHalf) acc_to_a_f16(ah[ks], st, ks);
+      else acc_to_a(ah[ks], al[ks], st, ks);
+    }
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[nt][e] *= decay;
     wg::keep(st);  // before any later fence: the compiler may not sink these past it
     wg::keep_u(ah);
-    wg::keep_u(al);
+    if constexpr (!kHalf) wg::keep_u(al);
   };
   auto gc_of = [&](int cg) {  // G_C of chunk cg, 0 (decay 1) past the sequence's end
     return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
@@ -213,11 +232,16 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     for (int ks = 0; ks < K / 16; ++ks) {  // X(c)
       const unsigned kofs = ks * C * 2;  // ks * C * 32 bytes
       const std::uint64_t wh = wg9_desc(dWh + kofs);
-      const std::uint64_t wl = wg9_desc(dWl + kofs);
-      if (ks == 0) wg::wgmma_n64<0>(xw, ah[ks], wl);
-      else wg::wgmma_n64<1>(xw, ah[ks], wl);
-      wg::wgmma_n64<1>(xw, al[ks], wh);
-      wg::wgmma_n64<1>(xw, ah[ks], wh);
+      if constexpr (kHalf) {
+        if (ks == 0) wg::wgmma_n64<0, true>(xw, ah[ks], wh);
+        else wg::wgmma_n64<1, true>(xw, ah[ks], wh);
+      } else {
+        const std::uint64_t wl = wg9_desc(dWl + kofs);
+        if (ks == 0) wg::wgmma_n64<0>(xw, ah[ks], wl);
+        else wg::wgmma_n64<1>(xw, ah[ks], wl);
+        wg::wgmma_n64<1>(xw, al[ks], wh);
+        wg::wgmma_n64<1>(xw, ah[ks], wh);
+      }
     }
     wg::commit();
     {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
@@ -232,9 +256,14 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {  // OS(c)
       const std::uint64_t qh = wg9_desc(dA + kLC + (Sm::oQh >> 4) + ks * C * 2);
-      if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
-      else wg::wgmma_n64<1>(ot, al[ks], qh);
-      wg::wgmma_n64<1>(ot, ah[ks], qh);
+      if constexpr (kHalf) {
+        if (ks == 0) wg::wgmma_n64<0, true>(ot, ah[ks], qh);
+        else wg::wgmma_n64<1, true>(ot, ah[ks], qh);
+      } else {
+        if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+        else wg::wgmma_n64<1>(ot, al[ks], qh);
+        wg::wgmma_n64<1>(ot, ah[ks], qh);
+      }
     }
     wg::commit();
     wg::wait<1>();  // X(c) done (OS(c) may run)
@@ -262,11 +291,14 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       wg::wgmma_nk<K>(st, dh[kc], kh);
     }
     wg::commit();
-    std::uint32_t vh[C / 16][4], vl[C / 16][4];
+    std::uint32_t vh[C / 16][4], vl[kHalf ? 1 : C / 16][4];  // OP's Vn^T (kHalf: fp16, vh only)
 #pragma unroll
-    for (int kc = 0; kc < C / 16; ++kc) acc_to_a(vh[kc], vl[kc], vn, kc);
+    for (int kc = 0; kc < C / 16; ++kc) {
+      if constexpr (kHalf) acc_to_a_f16(vh[kc], vn, kc);
+      else acc_to_a(vh[kc], vl[kc], vn, kc);
+    }
     wg::keep_u(vh);
-    wg::keep_u(vl);
+    if constexpr (!kHalf) wg::keep_u(vl);
     wg::wait<1>();  // OS(c) done (ST(c) may run)
     wg::keep(ot);
     {  // O^T columns (tokens) scaled by eq before the P fold adds in
@@ -281,10 +313,14 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)
       const std::uint64_t ph = wg9_desc(dB + kLC + (Sm::oPh >> 4) + kc * C * 2);
-      const std::uint64_t pl = wg9_desc(dB + kLC + (Sm::oPl >> 4) + kc * C * 2);
-      wg::wgmma_n64<1>(ot, vh[kc], pl);
-      wg::wgmma_n64<1>(ot, vl[kc], ph);
-      wg::wgmma_n64<1>(ot, vh[kc], ph);
+      if constexpr (kHalf) {
+        wg::wgmma_n64<1, true>(ot, vh[kc], ph);
+      } else {
+        const std::uint64_t pl = wg9_desc(dB + kLC + (Sm::oPl >> 4) + kc * C * 2);
+        wg::wgmma_n64<1>(ot, vh[kc], pl);
+        wg::wgmma_n64<1>(ot, vl[kc], ph);
+        wg::wgmma_n64<1>(ot, vh[kc], ph);
+      }
     }
     wg::commit();
     wg::wait<1>();  // ST(c) done (OP(c) may run)
@@ -293,7 +329,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::wait<0>();  // OP(c) done
     wg::keep(ot);
     wg::keep_u(vh);
-    wg::keep_u(vl);
+    if constexpr (!kHalf) wg::keep_u(vl);
   }
   {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
     if constexpr (kPack) {

@@ -40,59 +40,70 @@
 namespace wg {
 
 #if GDN_WYTC_WG_DEVICE
-// d[8][4] += A (4 bf16x2 registers, this warp's 16 rows) x B (smem descriptor), m64n64k16.
-template <int kAccum>  // 0: d = A B (d's input ignored), 1: d += A B
+// The m64n64k16 / m64n128k16 wgmma with fp32 accumulators, A in registers (4 16-bit pair
+// registers, this warp's 16 rows), B by smem descriptor; TY the operand type (bf16 or f16).
+#define GDN_WGMMA_N64(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+      "{"  \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
+#define GDN_WGMMA_N128(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+      "{"  \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
+
+// d[8][4] += A (4 bf16x2 registers, or f16x2 with kF16) x B (smem descriptor), m64n64k16.
+template <int kAccum, bool kF16 = false>  // kAccum 0: d = A B, 1: d += A B; kF16: f16 operands
 __device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const std::uint32_t (&a)[4],
                                           std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{" 
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum));
+  if constexpr (kF16) GDN_WGMMA_N64("f16");
+  else GDN_WGMMA_N64("bf16");
 }
 
-// d[16][4] += A (4 bf16x2 registers, this warp's 16 rows) x B (smem descriptor), m64n128k16.
-template <int kAccum>  // 0: d = A B (d's input ignored), 1: d += A B
+// d[16][4] += A x B, m64n128k16 (as wgmma_n64).
+template <int kAccum, bool kF16 = false>  // kAccum 0: d = A B, 1: d += A B; kF16: f16 operands
 __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const std::uint32_t (&a)[4],
                                           std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{" 
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum));
+  if constexpr (kF16) GDN_WGMMA_N128("f16");
+  else GDN_WGMMA_N128("bf16");
 }
+#undef GDN_WGMMA_N64
+#undef GDN_WGMMA_N128
 
 // m64nKk16 accumulate into a K-column accumulator (K = 64 or 128).
 template <int K> __device__ __forceinline__ void wgmma_nk(float (&d)[K / 8][4],
@@ -142,8 +153,12 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 // B = P hi/lo (2 x 8 KiB), Kd^T hi/lo (2 x 16 KiB); 128 KiB, one buffer each (NBUF = 1).
 // Exact format (kExact): A = W hi/lo, Q, U slice, eq (64.25 KiB); B = P hi/lo, K^T, ed
 // (32.25 KiB); two buffers each (NBUF = 2, 193 KiB), so a chunk's tiles load during the whole
-// previous chunk. Every tile 128-byte aligned.
-template <int K, int V, bool kExact> struct StateSmemWg {
+// previous chunk. Half format (kHalf, kExact too; Workspace::half_ws): no W lo, P lo tiles (oWl, oPl
+// unused): A = W, Q (fp16), U slice, eq (48.25 KiB); B = P (fp16), K^T, ed (24.25 KiB).
+// Every tile 128-byte aligned.
+template <int K, int V, bool kExact, bool kHalf = false> struct StateSmemWg {
+  static_assert(kExact || !kHalf, "the half format is an exact format");
+  static constexpr bool kHalfFmt = kHalf;
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
@@ -151,12 +166,12 @@ template <int K, int V, bool kExact> struct StateSmemWg {
   static constexpr int kU = C * VS * 4;  // bytes of the block's U slice (ws_u order)
   static constexpr int kVec = C * 4;     // bytes of eq or ed
   // offsets inside one A buffer / one B buffer
-  static constexpr int oWh = 0, oWl = kCK, oQh = 2 * kCK, oQl = 3 * kCK;
-  static constexpr int oU = kExact ? 3 * kCK : 4 * kCK, oEq = oU + kU;
+  static constexpr int oWh = 0, oWl = kCK, oQh = kHalf ? kCK : 2 * kCK, oQl = 3 * kCK;
+  static constexpr int oU = kHalf ? 2 * kCK : kExact ? 3 * kCK : 4 * kCK, oEq = oU + kU;
   static constexpr int kBytesA = oEq + (kExact ? kVec : 0);
   static constexpr int kStrideA = (kBytesA + 127) / 128 * 128;
-  static constexpr int oPh = 0, oPl = kCC, oKh = 2 * kCC, oKl = 2 * kCC + kCK;
-  static constexpr int oEd = kExact ? 2 * kCC + kCK : 0;
+  static constexpr int oPh = 0, oPl = kCC, oKh = kHalf ? kCC : 2 * kCC, oKl = 2 * kCC + kCK;
+  static constexpr int oEd = kExact ? oKh + kCK : 0;
   static constexpr int kBytesB = kExact ? oEd + kVec : 2 * kCC + 2 * kCK;
   static constexpr int kStrideB = (kBytesB + 127) / 128 * 128;
   static constexpr int oB = NBUF * kStrideA;  // first B buffer
@@ -193,7 +208,8 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
   const std::int64_t bq = kExact ? wg_qk_tile(p, cg, h) : base;  // Q: per key head if exact
   cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
   cuda::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
-  cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
+  if constexpr (!Sm::kHalfFmt)
+    cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
   cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + bq * C * K / 2, Sm::kCK, &bar[b]);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
   cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
@@ -210,7 +226,7 @@ __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* 
   const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
   cuda::mbar_arrive_tx(bb, Sm::kBytesB);
   cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
-  cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
+  if constexpr (!Sm::kHalfFmt) cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
   cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
