@@ -77,24 +77,66 @@ struct Bound {
 };
 Bound derive_bound(Arm arm, const Case& c);
 
+// The wy-tc arm's operand schemes (docs/bounds.md, "Per-scheme fold precisions"): split (every
+// fp32-valued mma operand bf16 hi + lo) and half (fp16 W, S, P, Vn in X, OS, OP; split T side and
+// ST). The library picks half where it runs (sm_90a, v9/v10 state pass) by the rule of
+// wy_tc_half_scheme; elsewhere it runs split, whose bound the half bound dominates.
+enum class WyTcScheme { split, half };
+const char* scheme_name(WyTcScheme s);  // "split", "half"
+// The library's selection rule on the host: false if env GDN_WYTC_PRECISION is "split" or the io
+// dtype is not bf16; else true if it is "half" or every stored |q|, |k| <= gdn::kWyTcHalfMaxQK and
+// |v|, |h0| <= gdn::kWyTcHalfMaxV (raw values, before any in-kernel l2norm; NaN is outside).
+bool wy_tc_half_scheme(const Case& c);
+
 // Per-fold unit roundoffs of an arm (the ONE table, in bounds.cpp; an arm author changes their
-// row with a justification there). 0 = that rounding does not happen in this arm.
+// row with a justification there). 0 = that rounding does not happen in this arm. Each u_<fold>
+// is the fold's operand roundings combined (in quadrature, as independent errors), relative to
+// the fold's |a| |b|.
 struct FoldPrecision {
   Arm arm;
-  int C;           // chunk length (1 = token-serial)
-  double u_acc;    // accumulation precision of every fold (fp32 = 2^-24)
-  double u_kk;     // operand rounding of K K^T and Q K^T
-  double u_wu;     // operand rounding of W, U (the WY products)
-  double u_attn;   // operand rounding of the intra-chunk attention (Q K^T .* Gam) Vn
-  double u_state;  // operand rounding of the state in W S, Q S and of K, Vn in K^T Vn
-  double u_solve;  // precision of the (I + A)^-1 triangular solve
+  const char* scheme;  // "" for one-scheme arms; wy-tc: "split" / "half"
+  int C;               // chunk length (1 = token-serial)
+  double u_acc;        // accumulation precision of every fold (fp32 = 2^-24)
+  double u_kk;         // K K^T and Q K^T (the q, k tiles)
+  double u_wu;         // W = (T diag(..)) K, U = (T diag(beta)) V (the WY products, T side + tile)
+  double u_x;          // X = W S (the state read): W and S
+  double u_st;         // ST: S += K^T (Vn diag(ed)): K and Vn diag(ed)
+  double u_os;         // OS = Q S (the output's state term): Q and S
+  double u_op;         // OP = P Vn (the intra-chunk attention): P and Vn
+  double u_solve;      // precision of the (I + A)^-1 triangular solve
   const char* why;
 };
-const FoldPrecision& fold_precision(Arm arm);
+const FoldPrecision& fold_precision(Arm arm, WyTcScheme scheme = WyTcScheme::split);
 constexpr double kLambda = 4.0;  // probabilistic rounding constant, fixed before any tuning
 // Worst per-step error growth prod_t max(1, |1 - beta_t |k_t|^2|) over heads (1 inside the
 // bound's domain beta |k|^2 <= 2; larger for un-normalized keys).
 double growth_factor(const Case& c);
+
+// Memory of the error map (docs/bounds.md, item 2b). Per chunk of C tokens the mean-square
+// contraction of an isotropic error is rho_c^2 = e^{2 G_C} prod_t (1 - beta_t |k_t|^2 (2 -
+// beta_t |k_t|^2) / K) (|k_t| after the in-kernel l2norm when enabled; each factor clamped to
+// [0, 1]: growth is growth_factor's). Per (sequence, value head) s_j = 1 + rho_{c,j}^2 s_{j-1}
+// (s_0 = 0) counts, in mean square, the chunk errors alive in the state after chunk j.
+struct ChunkMemory {
+  double n_c = 1;     // ceil(max sequence length / C), >= 1
+  double rho_c2 = 0;  // the worst (largest) chunk rho_c^2 over all chunks, sequences and heads
+  double n_mem = 1;   // max over (sequence, head, chunk j) of s_j: <= min(n_c, 1 / (1 - rho_c2))
+};
+ChunkMemory chunk_memory(const Case& c, int C);
+
+// What a bound needs from a case; bound_inputs() computes it (C = the arm's chunk length), or
+// fill it by hand for a case that is not a Case (tools/precision).
+struct BoundInputs {
+  int K = 128;
+  bool l2norm = false;            // q, k normalized in the kernel
+  DType out_dtype = DType::bf16;  // o's dtype (its rounding u_out)
+  double n_c = 1, n_mem = 1;      // chunk_memory()
+  double rho = 1;                 // growth_factor()
+};
+BoundInputs bound_inputs(const Case& c, int C);
+// The bound of one fold-precision row (derive_bound(Arm, Case) = this with the arm's row, for
+// wy-tc the row of the scheme wy_tc_half_scheme picks).
+Bound derive_bound(const FoldPrecision& f, const BoundInputs& in);
 
 // Negative-control helpers: `got` moved by a +-1 pattern of relative-RMS size `rel` (w.r.t.
 // `ref`), and the pass test used by evaluate().

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
 #include "../../tools/precision/emu.hpp"
+#include "../../tools/precision/regimes.hpp"
 #include "check/check.hpp"
 
 namespace {
@@ -119,6 +121,48 @@ TEST(PrecisionEmu, BF16SingleProductsLoseToSplitNegativeControl) {
   // The unit count of the current arm (docs/NOTES_wy_tc.md, "How far can the two targets move?").
   EXPECT_EQ(scheme("A").state_units(), 17);
   EXPECT_EQ(scheme("C").state_units(), 7);
+}
+
+// The derived bounds of wy-tc's two schemes hold for their emulation (docs/bounds.md, "CPU
+// emulation against the bound"): T = 2048 (32 chunks), one seed, the bench's inputs and the
+// least damped regime (g = 0, beta = 1). Negative control: scheme C (bf16 single products, what
+// a kernel that dropped its splits would compute) exceeds the split bound, for the state and,
+// with an fp32 output (no bf16 output rounding to hide behind), for o.
+TEST(PrecisionEmu, WyTcSchemesWithinDerivedBounds) {
+  const auto& split = check::fold_precision(Arm::wy_tc, check::WyTcScheme::split);
+  const auto& half = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half);
+  for (const char* regime : {"bench27b", "g0b1"}) {
+    SCOPED_TRACE(regime);
+    const pe::HeadInputs in = pe::make_regime(regime, 2048, 1000, 1.0);
+    const check::Case c = pe::to_case(in);
+    const check::Oracle ref = check::ref_serial(c);
+    const check::BoundInputs bi = check::bound_inputs(c, 64);
+    const check::Bound bs = check::derive_bound(split, bi), bh = check::derive_bound(half, bi);
+    const Err a = run(c, ref, scheme("A")), h = run(c, ref, scheme("H"));
+    std::printf("%-8s T 2048 n_mem %.3g: A o %.3e / %.3e (util %.3f) state %.3e / %.3e (util %.4f)"
+                "; H o %.3e / %.3e (util %.3f) state %.3e / %.3e (util %.4f)\n",
+                regime, bi.n_mem, a.o, bs.o, a.o / bs.o, a.state, bs.state, a.state / bs.state,
+                h.o, bh.o, h.o / bh.o, h.state, bh.state, h.state / bh.state);
+    EXPECT_LE(a.o, bs.o);
+    EXPECT_LE(a.state, bs.state);
+    EXPECT_LE(h.o, bh.o);
+    EXPECT_LE(h.state, bh.state);
+    EXPECT_GT(h.state, a.state);  // the half scheme is what was emulated (fp16 roundings)
+    // Negative control.
+    const Err cc = run(c, ref, scheme("C"));
+    EXPECT_GT(cc.state, bs.state) << "C " << cc.state;
+    pe::Scheme a32 = scheme("A"), c32 = scheme("C");
+    a32.o_bf16 = c32.o_bf16 = false;
+    check::BoundInputs bi32 = bi;
+    bi32.out_dtype = DType::f32;
+    const check::Bound bs32 = check::derive_bound(split, bi32);
+    const Err ea = run(c, ref, a32), ec = run(c, ref, c32);
+    std::printf("%-8s f32 o: A %.3e, C %.3e, split bound %.3e; C state %.3e\n", regime, ea.o, ec.o,
+                bs32.o, cc.state);
+    EXPECT_LE(ea.o, bs32.o);
+    EXPECT_GT(ec.o, bs32.o);
+  }
+  EXPECT_EQ(scheme("H").state_units(), 9);
 }
 
 }  // namespace

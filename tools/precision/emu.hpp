@@ -247,6 +247,11 @@ inline std::vector<Scheme> study_schemes() {
       "E3 + hi+lo on W in X (every state-feeding fp32 operand split, fp16)", [](Scheme& s) {
         s.wu_T = Fmt::fp16x2, s.st_Vn = s.x_S = s.x_W = Fmt::fp16x2s;
       });
+  // The wy-tc arm's "half" scheme (docs/bounds.md; = spec "H=A:x_W=fp16+x_S=fp16+os_Q=fp16+
+  // os_S=fp16+op_P=fp16+op_Vn=fp16"): A's bf16 split kept on the T side of W, U and on Vn in ST.
+  add("H", Fmt::bf16, Fmt::bf16x2,
+      "wy-tc half: A with fp16 single W, S (X), Q, S (OS), P, Vn (OP); T side, ST's Vn split bf16",
+      [](Scheme& s) { s.x_W = s.x_S = s.os_Q = s.os_S = s.op_P = s.op_Vn = Fmt::fp16; });
   return v;
 }
 

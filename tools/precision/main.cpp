@@ -2,10 +2,11 @@
 // of o and the final state against the fp64 serial oracle (check::ref_serial) with the repo's
 // metric (check::compare: relative RMS). Not installed; docs/NOTES_wy_tc.md, "Precision
 // emulation (CPU, session 8)", has the results and what the emulation does differently from the
-// GPU kernels.
+// GPU kernels. Runs of schemes A (wy-tc split) and H (wy-tc half) are also shown against the
+// bound src/check/bounds.cpp derives for that scheme on the same inputs (docs/bounds.md).
 //
 //   gdn_precision_emu [--T 4096,32768] [--seeds 3] [--regimes bench27b,peers27b,gslow,g0b1]
-//                     [--schemes F32,A,B,C,D,E1,E2,E3,E4] [--threads 2] [--vscale 1]
+//                     [--schemes F32,A,B,C,D,E1,E2,E3,E4,E5,E6,H] [--threads 2] [--vscale 1]
 //
 // Regimes (one head, K = V = 128, C = 64, bf16 q/k/v as stored, fp32 g/beta/h0):
 //   bench27b  `gdn bench`'s inputs (tools/gdn/bench.cpp): unit-norm q, k (bf16), v ~ N(0,1),
@@ -35,85 +36,12 @@
 #include "check/check.hpp"
 #include "check/rng.hpp"
 #include "precision/emu.hpp"
+#include "precision/regimes.hpp"
 
 using namespace gdn;
 using namespace gdn::precision;
 
 namespace {
-
-using Rng = check::SplitMix64;  // the fixtures' generator (src/check/rng.hpp)
-
-float bf(double x) { return round_bf16(static_cast<float>(x)); }
-
-HeadInputs from_case(const check::Case& c) {
-  HeadInputs h;
-  h.K = c.prob.K, h.V = c.prob.V, h.T = c.T;
-  h.q = c.q32, h.k = c.k32, h.v = c.v32, h.g = c.g, h.beta = c.beta32, h.h0 = c.h0;
-  h.l2norm = c.prob.qk_l2norm;
-  h.scale = c.prob.scale;
-  return h;
-}
-
-check::Case to_case(const HeadInputs& h) {
-  check::Case c;
-  c.spec.seq_lens = {static_cast<int>(h.T)};
-  c.spec.HK = c.spec.HV = 1, c.spec.K = h.K, c.spec.V = h.V;
-  c.spec.h0 = !h.h0.empty();
-  c.spec.l2norm_in_kernel = h.l2norm;
-  c.prob = Problem::make(1, 1, h.K, h.V);
-  c.prob.qk_l2norm = h.l2norm;
-  c.cu_seqlens = {0, static_cast<std::int32_t>(h.T)};
-  c.T = h.T;
-  c.q32 = h.q, c.k32 = h.k, c.v32 = h.v, c.g = h.g, c.beta32 = h.beta, c.h0 = h.h0;
-  return c;
-}
-
-HeadInputs make_regime(const std::string& regime, std::int64_t T, std::uint64_t seed,
-                       double vscale) {
-  const int K = 128, V = 128;
-  HeadInputs h;
-  if (regime == "gslow" || regime == "g0b1" || regime == "g0brand") {
-    check::CaseSpec s;
-    s.seq_lens = {static_cast<int>(T)};
-    s.HK = s.HV = 1, s.K = K, s.V = V;
-    s.decay = regime == "gslow" ? check::Decay::slow : check::Decay::none;
-    s.beta = regime == "g0b1" ? check::BetaKind::one : check::BetaKind::random;
-    h = from_case(check::make_case(s, seed));
-  } else if (regime == "bench27b" || regime == "peers27b") {
-    const bool peers = regime == "peers27b";
-    Rng r{seed * 0x9e3779b97f4a7c15ull + (peers ? 77 : 11)};
-    h.K = K, h.V = V, h.T = T;
-    h.q.resize(T * K), h.k.resize(T * K), h.v.resize(T * V), h.g.resize(T), h.beta.resize(T);
-    std::vector<double> row(K);
-    for (std::int64_t t = 0; t < T; ++t) {
-      for (int pass = 0; pass < 2; ++pass) {
-        float* dst = (pass ? h.k.data() : h.q.data()) + t * K;
-        double ss = 0;
-        for (int d = 0; d < K; ++d) ss += (row[d] = r.normal()) * row[d];
-        // bench: both unit-norm; peers: q raw, k unit-norm (normalised again in the kernel).
-        const double inv = (peers && pass == 0) ? 1.0 : 1.0 / std::sqrt(ss);
-        for (int d = 0; d < K; ++d) dst[d] = bf(row[d] * inv);
-      }
-      for (int d = 0; d < V; ++d) h.v[t * V + d] = bf(r.normal());
-      if (peers) {
-        const double x = r.normal() - 3.0;
-        h.g[t] = static_cast<float>(-(x > 20 ? x : std::log1p(std::exp(x))));
-      } else {
-        h.g[t] = static_cast<float>(-(0.005 + 0.045 * r.uniform()));
-      }
-      h.beta[t] = static_cast<float>(1.0 / (1.0 + std::exp(-r.normal())));
-    }
-    h.h0.resize(std::int64_t(K) * V);
-    for (auto& x : h.h0) x = static_cast<float>(0.1 * r.normal());
-    h.l2norm = peers;
-  } else {
-    std::fprintf(stderr, "unknown regime %s\n", regime.c_str());
-    std::exit(2);
-  }
-  if (vscale != 1.0)
-    for (auto& x : h.v) x = bf(x * vscale);
-  return h;
-}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;
@@ -201,6 +129,7 @@ int main(int argc, char** argv) {
     std::uint64_t seed;
     HeadInputs in;
     check::Oracle ref;
+    check::Bound split, half;  // derived bounds of wy-tc's two schemes (src/check/bounds.cpp)
   };
   std::vector<std::unique_ptr<Inst>> insts;
   for (auto& r : regimes)
@@ -213,7 +142,11 @@ int main(int argc, char** argv) {
   parallel(insts.size(), threads, [&](std::size_t i) {
     Inst& x = *insts[i];
     x.in = make_regime(x.regime, x.T, x.seed, vscale);
-    x.ref = check::ref_serial(to_case(x.in));
+    const check::Case c = to_case(x.in);
+    x.ref = check::ref_serial(c);
+    const check::BoundInputs bi = check::bound_inputs(c, 64);
+    x.split = check::derive_bound(check::fold_precision(Arm::wy_tc, check::WyTcScheme::split), bi);
+    x.half = check::derive_bound(check::fold_precision(Arm::wy_tc, check::WyTcScheme::half), bi);
   });
   struct Out {
     double o = 0, state = 0;
@@ -234,13 +167,20 @@ int main(int argc, char** argv) {
                  (long long)x.T, (unsigned long long)x.seed, sc.name.c_str(), outs[j].o,
                  outs[j].state);
   });
-  // Per-run rows.
-  std::printf("\nregime     T       seed scheme  o_rel_rms  state_rel_rms\n");
+  // Per-run rows; schemes A and H also against the derived bound of wy-tc's split / half row.
+  std::printf("\nregime     T       seed scheme  o_rel_rms  state_rel_rms   bound_o  bound_state"
+              "  util_o  util_state\n");
   for (std::size_t j = 0; j < nj; ++j) {
     const Inst& x = *insts[j / schemes.size()];
-    std::printf("%-9s %7lld %5llu %-6s %10.3e %12.3e\n", x.regime.c_str(), (long long)x.T,
-                (unsigned long long)x.seed, schemes[j % schemes.size()].name.c_str(), outs[j].o,
-                outs[j].state);
+    const std::string& name = schemes[j % schemes.size()].name;
+    std::printf("%-9s %7lld %5llu %-6s %10.3e %12.3e", x.regime.c_str(), (long long)x.T,
+                (unsigned long long)x.seed, name.c_str(), outs[j].o, outs[j].state);
+    if (name == "A" || name == "H") {
+      const check::Bound& b = name == "A" ? x.split : x.half;
+      std::printf("  %9.3e  %11.3e  %6.3f  %10.4f", b.o, b.state, outs[j].o / b.o,
+                  outs[j].state / b.state);
+    }
+    std::printf("\n");
   }
   // Medians over seeds: markdown, one row per scheme, columns regime x T (o / state).
   std::vector<std::pair<std::string, std::int64_t>> cols;
