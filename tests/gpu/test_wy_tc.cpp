@@ -221,8 +221,12 @@ std::vector<std::pair<std::string, check::CaseSpec>> chunk_v7_cases() {
 // (K, V in {64, 128}, l2norm, varlen with a zero-length sequence, partial chunks, f32 beta and
 // out, vk state layout). Same products, different solve order and (on sm_90a) workspace format,
 // so they agree to within a few output roundings (o) and fp32 accumulation (state), and the final
-// states must differ in some bits (the switch took effect).
+// states must differ in some bits (the switch took effect). Both in the split operand scheme
+// (GDN_WYTC_PRECISION=split; v2 has no half format): this compares the chunk kernels; the half
+// scheme (v7's default on sm_90a) is checked by ChunkV7PassesOracleAndRepeats below and
+// test_wy_tc_state.cpp.
 TEST(wy_tc, ChunkV7MatchesV2AndOracle) {
+  testutil::ScopedEnv split("GDN_WYTC_PRECISION", "split");
   // The v7 case list below minus two cases (this comparison ran on these five since v6).
   std::vector<std::pair<std::string, check::CaseSpec>> cases;
   for (auto& nc : chunk_v7_cases())

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -154,8 +155,10 @@ TEST(WyTcState, MmaSyncPassParityFixtureSetAndCases) {
 // with its W^T fold on the wrong tiles (GDN_WYTC_WG_NEGCTL=1) differs from v6, which also shows
 // that v9 is the kernel that ran. (r19 checked v9 against v8, the schedule without v9's
 // bookkeeping, the same way before v8 was removed: bit for bit equal on these cases.)
+// (Both in the split operand scheme: v6 has no half variant.)
 TEST(WyTcState, V9EqualsV6BitForBit) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
+  testutil::ScopedEnv split("GDN_WYTC_PRECISION", "split");
   int seed = 140;
   for (const StateCase& sc : cases()) {
     SCOPED_TRACE(sc.name);
@@ -257,6 +260,84 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
     EXPECT_GT(bad_o, 0u) << "dropping the carry changed nothing: the segmented path did not run";
     EXPECT_GT(bad_s, 0u);
   }
+}
+
+std::size_t count_differ(const std::vector<double>& a, const std::vector<double>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) n += !(a[i] == b[i]);
+  return n + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+std::size_t count_nonfinite(const std::vector<double>& a) {
+  std::size_t n = 0;
+  for (double x : a) n += !std::isfinite(x);
+  return n;
+}
+
+// The half operand scheme (v10: the v9 pass on the half workspace format, fp16 W, P, Q, S^T and
+// OP's Vn^T, one product per fold except ST; the default where v9 runs and the inputs are inside
+// gdn::kWyTcHalfMaxV / kWyTcHalfMaxQK) passes the fp64 oracle within its own derived bound on
+// every state case, as the split scheme (GDN_WYTC_PRECISION=split) does within its bound, and the
+// two give different bits (so the half scheme is what ran by default).
+TEST(WyTcState, HalfSchemePassesOracleAndDiffersFromSplit) {
+  if (!is_sm90()) GTEST_SKIP() << "the half scheme runs in the wgmma state pass (cc 9.0) only";
+  int seed = 300;
+  for (const StateCase& sc : cases()) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    ASSERT_TRUE(check::wy_tc_half_scheme(c)) << "fixture outside the half scheme's domain";
+    const check::Oracle ref = check::ref_serial(c);
+    const check::Row half = check::evaluate(Arm::wy_tc, c, ref, true);
+    const check::ArmOutput ho = check::run_arm(Arm::wy_tc, c, true);
+    check::Row split;
+    check::ArmOutput so;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_PRECISION", "split");
+      split = check::evaluate(Arm::wy_tc, c, ref, true);
+      so = check::run_arm(Arm::wy_tc, c, true);
+    }
+    ASSERT_TRUE(ho.status.ok() && so.status.ok()) << ho.status.message() << so.status.message();
+    const std::size_t d_o = count_differ(ho.o, so.o), d_s = count_differ(ho.hT, so.hT);
+    std::printf("wy-tc %s: half o %.3e (bound %.3e) state %.3e (bound %.3e); split o %.3e "
+                "(bound %.3e) state %.3e (bound %.3e); half vs split: %zu of %zu o, %zu of %zu "
+                "state differ\n",
+                sc.name, half.o.rel_rms, half.bound.o, half.state.rel_rms, half.bound.state,
+                split.o.rel_rms, split.bound.o, split.state.rel_rms, split.bound.state, d_o,
+                ho.o.size(), d_s, ho.hT.size());
+    EXPECT_TRUE(half.pass) << half.error << " " << half.bound.formula;
+    EXPECT_TRUE(half.negative_control_failed);
+    EXPECT_TRUE(split.pass) << split.error << " " << split.bound.formula;
+    EXPECT_GT(d_s, ho.hT.size() / 4) << "half and split gave the same state: the scheme switch "
+                                        "did not take effect";
+  }
+}
+
+// Inputs outside the half scheme's domain (|h0| up to ~4e5 > kWyTcHalfMaxV, beyond fp16's 65504):
+// with check_values on (run_arm's default) the value scan sees them and the arm runs the split
+// scheme, which passes the oracle. Negative control: the half scheme forced on the same inputs
+// (GDN_WYTC_PRECISION=half) overflows fp16 and returns non-finite values, so the scan's choice is
+// what keeps the result correct.
+TEST(WyTcState, WideValuesTakeTheSplitScheme) {
+  if (!is_sm90()) GTEST_SKIP() << "the half scheme runs in the wgmma state pass (cc 9.0) only";
+  check::Case c = check::make_case(cases()[0].spec, 404);
+  ASSERT_FALSE(c.h0.empty());
+  for (float& x : c.h0) x *= 1e5f;
+  ASSERT_FALSE(check::wy_tc_half_scheme(c));
+  const check::Oracle ref = check::ref_serial(c);
+  const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+  check::ArmOutput forced;
+  {
+    testutil::ScopedEnv env("GDN_WYTC_PRECISION", "half");
+    forced = check::run_arm(Arm::wy_tc, c, true);
+  }
+  ASSERT_TRUE(forced.status.ok()) << forced.status.message();
+  const std::size_t bad = count_nonfinite(forced.o) + count_nonfinite(forced.hT);
+  std::printf("wy-tc wide h0: auto (scan -> split) o %.3e state %.3e (bounds %.3e %.3e); half "
+              "forced: %zu non-finite of %zu\n",
+              r.o.rel_rms, r.state.rel_rms, r.bound.o, r.bound.state, bad,
+              forced.o.size() + forced.hT.size());
+  EXPECT_TRUE(r.pass) << r.error << " " << r.bound.formula;
+  EXPECT_GT(bad, 0u) << "the half scheme did not overflow on inputs beyond fp16's range: the "
+                        "control cannot show that the range check matters";
 }
 
 TEST(WyTcState, NegativeControlFails) {
