@@ -184,6 +184,10 @@ TEST(Bounds, WyTcHalfSchemeRule) {
   f16.io_dtype = f16.out_dtype = DType::f16;
   const Case cf16 = make_case(f16, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf16));
+  CaseSpec f32out = small_bf16();
+  f32out.out_dtype = DType::f32;
+  const Case cf32out = make_case(f32out, kSeed);
+  EXPECT_FALSE(wy_tc_half_scheme(cf32out));  // auto: fp32 o keeps the split scheme
   EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half:"), std::string::npos);
   EXPECT_NE(derive_bound(Arm::wy_tc, cf16).formula.find("wy-tc split:"), std::string::npos);
   {
@@ -196,6 +200,7 @@ TEST(Bounds, WyTcHalfSchemeRule) {
     EXPECT_TRUE(wy_tc_half_scheme(base));
     EXPECT_TRUE(with([](Case& c) { c.v32[5] = 1e5f; }));  // forced: also outside the domain
     EXPECT_FALSE(wy_tc_half_scheme(cf16));               // but bf16 io only
+    EXPECT_TRUE(wy_tc_half_scheme(cf32out));             // forced: fp32 o too
   }
   {
     ScopedEnv env("GDN_WYTC_PRECISION", "auto");

@@ -68,6 +68,8 @@ std::vector<StateCase> cases() {
 
 TEST(WyTcState, WgmmaMatchesMmaSyncAndOracle) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
+  // The split scheme (v5 has no half variant): the same products on both passes.
+  testutil::ScopedEnv split("GDN_WYTC_PRECISION", "split");
   int seed = 40;
   for (const StateCase& sc : cases()) {
     SCOPED_TRACE(sc.name);
@@ -274,40 +276,50 @@ std::size_t count_nonfinite(const std::vector<double>& a) {
 }
 
 // The half operand scheme (v10: the v9 pass on the half workspace format, fp16 W, P, Q, S^T and
-// OP's Vn^T, one product per fold except ST; the default where v9 runs and the inputs are inside
-// gdn::kWyTcHalfMaxV / kWyTcHalfMaxQK) passes the fp64 oracle within its own derived bound on
-// every state case, as the split scheme (GDN_WYTC_PRECISION=split) does within its bound, and the
-// two give different bits (so the half scheme is what ran by default).
+// OP's Vn^T, one product per fold except ST) passes the fp64 oracle within its own derived bound
+// on every state case (forced with GDN_WYTC_PRECISION=half, so the fp32-out instantiation runs
+// too), as the split scheme (GDN_WYTC_PRECISION=split) does within its bound, and the two give
+// different bits (the switch took effect). The default (auto) equals half bit for bit on the
+// bf16-out cases inside the domain and split on the fp32-out case (auto keeps fp32 o on split).
 TEST(WyTcState, HalfSchemePassesOracleAndDiffersFromSplit) {
   if (!is_sm90()) GTEST_SKIP() << "the half scheme runs in the wgmma state pass (cc 9.0) only";
   int seed = 300;
   for (const StateCase& sc : cases()) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
-    ASSERT_TRUE(check::wy_tc_half_scheme(c)) << "fixture outside the half scheme's domain";
     const check::Oracle ref = check::ref_serial(c);
-    const check::Row half = check::evaluate(Arm::wy_tc, c, ref, true);
-    const check::ArmOutput ho = check::run_arm(Arm::wy_tc, c, true);
-    check::Row split;
-    check::ArmOutput so;
+    const check::ArmOutput dflt = check::run_arm(Arm::wy_tc, c, true);
+    const bool auto_half = check::wy_tc_half_scheme(c);
+    EXPECT_EQ(auto_half, c.spec.out_dtype != gdn::DType::f32) << "fixture outside the domain?";
+    check::Row half, split;
+    check::ArmOutput ho, so;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_PRECISION", "half");
+      half = check::evaluate(Arm::wy_tc, c, ref, true);
+      ho = check::run_arm(Arm::wy_tc, c, true);
+    }
     {
       testutil::ScopedEnv env("GDN_WYTC_PRECISION", "split");
       split = check::evaluate(Arm::wy_tc, c, ref, true);
       so = check::run_arm(Arm::wy_tc, c, true);
     }
-    ASSERT_TRUE(ho.status.ok() && so.status.ok()) << ho.status.message() << so.status.message();
+    ASSERT_TRUE(dflt.status.ok() && ho.status.ok() && so.status.ok())
+        << dflt.status.message() << ho.status.message() << so.status.message();
     const std::size_t d_o = count_differ(ho.o, so.o), d_s = count_differ(ho.hT, so.hT);
     std::printf("wy-tc %s: half o %.3e (bound %.3e) state %.3e (bound %.3e); split o %.3e "
                 "(bound %.3e) state %.3e (bound %.3e); half vs split: %zu of %zu o, %zu of %zu "
-                "state differ\n",
+                "state differ; default = %s\n",
                 sc.name, half.o.rel_rms, half.bound.o, half.state.rel_rms, half.bound.state,
                 split.o.rel_rms, split.bound.o, split.state.rel_rms, split.bound.state, d_o,
-                ho.o.size(), d_s, ho.hT.size());
+                ho.o.size(), d_s, ho.hT.size(), auto_half ? "half" : "split");
     EXPECT_TRUE(half.pass) << half.error << " " << half.bound.formula;
     EXPECT_TRUE(half.negative_control_failed);
     EXPECT_TRUE(split.pass) << split.error << " " << split.bound.formula;
     EXPECT_GT(d_s, ho.hT.size() / 4) << "half and split gave the same state: the scheme switch "
                                         "did not take effect";
+    const check::ArmOutput& same = auto_half ? ho : so;
+    EXPECT_EQ(count_differ(dflt.o, same.o) + count_differ(dflt.hT, same.hT), 0u)
+        << "the default did not run the " << (auto_half ? "half" : "split") << " scheme";
   }
 }
 
