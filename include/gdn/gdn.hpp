@@ -111,7 +111,7 @@ struct PrefillArgs {
 inline constexpr std::uint64_t kWorkspaceAlignment = 256;
 
 // The wy-tc arm's fp16 operand scheme ("half", docs/bounds.md; the default where it runs: sm_90a,
-// bf16 q/k/v) keeps the recurrent state and its operands in fp16's range while every |v|, |h0|
+// bf16 q/k/v, a bf16 or f16 o) keeps the recurrent state and its operands in fp16's range while every |v|, |h0|
 // <= kWyTcHalfMaxV and every stored |q|, |k| <= kWyTcHalfMaxQK. With check_values on, the input
 // scan checks this and the arm runs its split-bf16 scheme (any range) where it does not hold; with
 // check_values off the caller promises it (inputs outside may give Inf/NaN). GDN_WYTC_PRECISION=
