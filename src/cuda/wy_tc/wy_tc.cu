@@ -1307,7 +1307,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // GDN_WYTC_OVERLAP=0 disables it, =1 forces it wherever it can run (tests), =negctl forces it
   // with the carry dropped (negative control), =all forces it also where the state blocks take
   // more than half of the SMs (an experiment: qwen3.5-27b's 96 of 132). GDN_WYTC_SEGS=n asks for
-  // n segments (at least 16 chunks each) instead of 8 (experiments).
+  // n segments (at least 16 chunks each) instead of the default below (experiments).
   const int state_blocks = static_cast<int>(std::min<std::int64_t>(
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
   const bool want_v9 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
@@ -1322,7 +1322,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool half = want_v9 && !env_is("GDN_WYTC_PRECISION", "split") &&
                     (env_is("GDN_WYTC_PRECISION", "half") ||
                      (a.o.dtype != DType::f32 && !detail::wide_values()));
-  std::int64_t want_segs = 8;
+  // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
+  // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
+  // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
+  // segments 0.701 against 0.773 with 8).
+  std::int64_t want_segs = half ? std::clamp<std::int64_t>(NC / 128, 4, 16) : 8;
   if (const char* e = std::getenv("GDN_WYTC_SEGS")) want_segs = std::max(2, std::atoi(e));
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
   const int nseg = static_cast<int>((NC + seg - 1) / seg);
@@ -1332,8 +1336,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Where the state blocks take more than half of the SMs (but fit in one wave), the overlap
   // pays from 512 chunks on: r28 (qwen3.5-27b, 96 state blocks of 132) measured 2.280 against
   // 2.395 ms at T = 32768 and 8.92 against 9.69 at 131072, but 1.309 against 1.184 at 16384.
+  // Half scheme (r38): from 256 chunks in both cases (27b T = 16384, 4 segments: 0.927 against
+  // 0.959 ms without the overlap; qwen3-next 8192, 128 chunks: 0.407 against 0.399, so not
+  // below 256).
   const int sms = sm_count();
-  const bool fits = 2 * state_blocks <= sms ? NC >= 256 : state_blocks <= sms && NC >= 512;
+  const bool fits = 2 * state_blocks <= sms ? NC >= 256
+                                            : state_blocks <= sms && NC >= (half ? 256 : 512);
   const bool overlap = want_v9 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
   const std::size_t b_carry =
