@@ -309,6 +309,23 @@ TEST(wy_tc, ChunkV7PassesOracleAndRepeats) {
   }
 }
 
+// v7 with its k-step loops not unrolled (GDN_WYTC_CHUNK=v7r, an experiment on the chunk kernel's
+// instruction-cache misses): the same operations in the same order, so o and hT equal v7's bit
+// for bit on every v7 case (both operand schemes: the default half, and split).
+TEST(wy_tc, ChunkV7RolledEqualsV7BitForBit) {
+  int seed = 650;
+  for (const char* prec : {"auto", "split"}) {
+    testutil::ScopedEnv scheme("GDN_WYTC_PRECISION", prec);
+    for (const auto& [name, spec] : chunk_v7_cases()) {
+      SCOPED_TRACE(name + " " + prec);
+      const check::Case c = check::make_case(spec, ++seed);
+      const check::ArmOutput v7 = check::run_arm(Arm::wy_tc, c, true);
+      const check::ArmOutput v7r = run_chunk_variant(c, "v7r");
+      expect_bitwise_equal(v7, v7r, name + " v7r vs v7 (" + prec + ")");
+    }
+  }
+}
+
 // Negative control of the v7 checks: GDN_WYTC_CHUNK=v7neg runs the v7 kernel with U written
 // negated. Its outputs must differ from v7's (a bitwise comparison can see a wrong chunk kernel)
 // and fail parity (the check sees it, and the default path is the v7 kernel: v2 has no such

@@ -844,7 +844,10 @@ template <int K, int V> struct ChunkSmemV7 {
 
 // negctl (negative control, GDN_WYTC_CHUNK=v7neg): U is written negated, so parity must fail
 // and the outputs must differ from v7's; shows that the v7 kernel is the one that ran.
-template <typename TBeta, int K, int V, bool kL2>
+// kRoll (GDN_WYTC_CHUNK=v7r, an experiment): the k-step loops of the Q K^T / K K^T, W and U folds
+// are not unrolled (r35: 12% of the stall samples are "no instruction" in the 13 K-instruction
+// unrolled kernel); the same operations in the same order, so results are bit for bit v7's.
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -962,7 +965,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   {
     float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
     const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
-#pragma unroll
+#pragma unroll(kRoll ? 1 : K / 16)
     for (int ks = 0; ks < K / 16; ++ks) {
       std::uint32_t ak[4], aq[4];
       ldsm_x4_a(ak, aK + 2 * (ks * 16));
@@ -1097,7 +1100,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
         split_pair(x2.x * sS[col], x2.y * sS[col + 1], yh[r], yl[r]);
       }
     };
-#pragma unroll
+#pragma unroll(kRoll ? 1 : C / 16)
     for (int ks = 0; ks < C / 16; ++ks) {
       if (ks <= mt1) {  // mt1 >= 2 > mt0 or mt1 = 3: every k-step of mt0 is one of mt1's
         const bool use0 = ks <= mt0;
@@ -1151,7 +1154,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       split_pair(x1.x * sB[j + 8], x1.y * sB[j + 9], hi[1], lo[1]);
     };
     float acc[V / 16][2][4] = {};
-#pragma unroll
+#pragma unroll(kRoll ? 1 : C / 16)
     for (int ks = 0; ks < C / 16; ++ks) {
       if (2 * ks <= t1) {
         const bool use0 = 2 * ks <= t0;
@@ -1268,6 +1271,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   };
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
+  if (env_is("GDN_WYTC_CHUNK", "v7r")) return 9;  // v7 with rolled k-step loops (experiment)
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1413,12 +1417,20 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
         return Status::Ok();
       };
       Status ls;
-      if (a.beta.dtype == DType::bf16)
+      if (chunk_v == 9) {
+        if (a.beta.dtype == DType::bf16)
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true>)
+                            : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true>);
+        else
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true>)
+                            : go(wy_tc_chunk_kernel_v7<float, K, V, false, true>);
+      } else if (a.beta.dtype == DType::bf16) {
         ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true>)
                           : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false>);
-      else
+      } else {
         ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true>)
                           : go(wy_tc_chunk_kernel_v7<float, K, V, false>);
+      }
       if (!ls.ok()) return ls;
     } else {
     Status ls = cuda::dispatch_dtype(a.q.dtype, [&](auto tin) -> Status {
