@@ -844,10 +844,14 @@ template <int K, int V> struct ChunkSmemV7 {
 
 // negctl (negative control, GDN_WYTC_CHUNK=v7neg): U is written negated, so parity must fail
 // and the outputs must differ from v7's; shows that the v7 kernel is the one that ran.
-// kRoll (GDN_WYTC_CHUNK=v7r, an experiment): the k-step loops of the Q K^T / K K^T, W and U folds
-// are not unrolled (r35: 12% of the stall samples are "no instruction" in the 13 K-instruction
-// unrolled kernel); the same operations in the same order, so results are bit for bit v7's.
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = false>
+// kRoll (the default since r40; GDN_WYTC_CHUNK=v7u for the unrolled form): the k-step loops of the
+// Q K^T / K K^T, W and U folds are not unrolled (r35: 13% of the stall samples were "no
+// instruction" in the 6.5 K-line unrolled kernel; rolled: 5.8 K lines, 10%); the same operations
+// in the same order, so results are bit for bit the unrolled form's. r39 / r40 (fe0be8b, one
+// process image, interleaved): 1.2-3% faster on every 27b / qwen3-next case (27b T = 32768 1.736
+// - 1.741 against 1.759 - 1.763 ms), although ncu times the kernel alone equal (281.0 vs 281.8 us
+// at T = 8192).
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -1271,7 +1275,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   };
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
-  if (env_is("GDN_WYTC_CHUNK", "v7r")) return 9;  // v7 with rolled k-step loops (experiment)
+  if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1419,11 +1423,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       Status ls;
       if (chunk_v == 9) {
         if (a.beta.dtype == DType::bf16)
-          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true>)
-                            : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true>);
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, false>)
+                            : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, false>);
         else
-          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true>)
-                            : go(wy_tc_chunk_kernel_v7<float, K, V, false, true>);
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, false>)
+                            : go(wy_tc_chunk_kernel_v7<float, K, V, false, false>);
       } else if (a.beta.dtype == DType::bf16) {
         ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true>)
                           : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false>);
