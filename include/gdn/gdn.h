@@ -82,7 +82,11 @@ typedef struct gdn_prefill_args {
   int32_t num_seqs;                 /* N, read only when cu_seqlens is set */
   const int32_t* cu_seqlens_device; /* optional device copy for the GPU arms */
   int32_t on_device;                /* non-zero: all tensors are CUDA device memory */
-  int32_t check_values;             /* non-zero: scan inputs for NaN/Inf and ranges first */
+  int32_t check_values;             /* non-zero: scan inputs for NaN/Inf and ranges first (the
+                                        scan also picks wy-tc's split scheme for |v|, |h0| > 2048
+                                        or |q|, |k| > 16384; with it off the caller promises
+                                        that range to wy-tc's default fp16 scheme: gdn.hpp,
+                                        kWyTcHalfMaxV) */
   void* stream;                     /* cudaStream_t; NULL = default stream */
   /* Caller-provided device workspace for the GPU arms (NULL: the library's pool): at least
    * gdn_prefill_workspace_bytes() bytes of device memory, GDN_WORKSPACE_ALIGNMENT-aligned, valid
