@@ -28,6 +28,11 @@
 // accumulation for bf16 io; every other fold, and every fold for f16 io (f16 splits exactly) and
 // f32 io (inputs carried to 16 bits), has per-product relative error <= ~2^-15 plus fp32
 // accumulation. The state never passes through a 2-byte format.
+// That is the split scheme. The half scheme (the default on sm_90a for bf16 q/k/v, a 2-byte o and
+// inputs inside gdn::kWyTcHalfMaxV / kWyTcHalfMaxQK; docs/bounds.md, Workspace::half_ws,
+// wy_tc_state_kernel_wg9<..., kHalf>) rounds W, P, Q, the state read S^T (in X and OS) and OP's
+// Vn^T once to fp16 (one product per fold); K K^T, Q K^T stay exact, the W / U T side and the
+// state update's Vn^T diag(ed) stay split; the state itself is fp32 in both schemes.
 //
 // Cost model (v2), per (chunk of 64 tokens, value head), K = V = 128 (qwen3.5-27b: 512 chunks x
 // 48 heads at T = 32768):
