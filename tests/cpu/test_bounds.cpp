@@ -9,6 +9,7 @@
 #include <string>
 
 #include "check/check.hpp"
+#include "small_spec.hpp"
 
 namespace gdn::check {
 namespace {
@@ -153,18 +154,11 @@ TEST(Bounds, SingleSchemeArmsNeverLooserThanBefore) {
   }
 }
 
-CaseSpec small_bf16() {
-  CaseSpec s;
-  s.seq_lens = {70};
-  s.HK = 2;
-  s.HV = 4;
-  s.K = s.V = 64;
-  return s;
-}
+using cputest::small_spec;
 
 TEST(Bounds, WyTcHalfSchemeRule) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
-  const Case base = make_case(small_bf16(), kSeed);
+  const Case base = make_case(small_spec(), kSeed);
   EXPECT_TRUE(wy_tc_half_scheme(base));
   auto with = [&](auto edit) {
     Case c = base;
@@ -180,11 +174,11 @@ TEST(Bounds, WyTcHalfSchemeRule) {
   EXPECT_FALSE(with([](Case& c) { c.q32[3] = 16385.f; }));
   EXPECT_FALSE(with([](Case& c) { c.k32[3] = -20000.f; }));
   EXPECT_FALSE(with([](Case& c) { c.v32[0] = NAN; }));
-  CaseSpec f16 = small_bf16();
+  CaseSpec f16 = small_spec();
   f16.io_dtype = f16.out_dtype = DType::f16;
   const Case cf16 = make_case(f16, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf16));
-  CaseSpec f32out = small_bf16();
+  CaseSpec f32out = small_spec();
   f32out.out_dtype = DType::f32;
   const Case cf32out = make_case(f32out, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf32out));  // auto: fp32 o keeps the split scheme

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "check/check.hpp"
+#include "small_spec.hpp"
 
 namespace gdn::check {
 namespace {
@@ -34,14 +35,7 @@ TEST_P(CpuArm, VsOracle) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CpuArm, ::testing::Range(0, (int)fixture_set().size()),
                          [](const auto& info) { return fixture_set()[info.param].name(); });
 
-CaseSpec small_spec() {
-  CaseSpec s;
-  s.seq_lens = {70};
-  s.HK = 2;
-  s.HV = 4;
-  s.K = s.V = 64;
-  return s;
-}
+using cputest::small_spec;
 
 // The check itself must fail on a wrong output: perturbation at 2.5x the bound, and a single
 // unwritten (NaN) element.
