@@ -179,11 +179,11 @@ Status check_memory(const PrefillArgs& a) {
 }
 
 // Validation, arm choice and the value scan, once for the whole call (`sizing`: no scan).
-// `wide`: the scan found values outside wy-tc's half-scheme domain (the caller holds a
+// `wide` (optional): the scan found values outside wy-tc's half-scheme domain (the caller holds a
 // detail::WideValuesScope over its arm calls).
 Status prepare(const Problem& p, const PrefillArgs& a, Arm arm, Arm* ran, RunInfo* info,
-               bool sizing, bool* wide) {
-  *wide = false;
+               bool sizing, bool* wide = nullptr) {
+  if (wide) *wide = false;
   Status st = validate(p, a);
   if (!st.ok()) return st;
   if (!(st = check_memory(a)).ok()) return st;
@@ -555,8 +555,8 @@ Status cp_rank_finish_impl(const Problem& p, const PrefillArgs& a, int rank, int
   PrefillArgs a2 = a;
   a2.check_values = false;  // scanned by cp_rank_maps
   Pass ps(a2, size_only != nullptr);
-  bool wide = false;  // a2 is not scanned here (cp_rank_maps scanned the inputs)
-  if (!(st = prepare(p, a2, arm, &ran, info, ps.sizing(), &wide)).ok()) return st;
+  // a2 is not scanned here (cp_rank_maps scanned the inputs)
+  if (!(st = prepare(p, a2, arm, &ran, info, ps.sizing())).ok()) return st;
   // The scan's range finding is not carried over from cp_rank_maps: where the caller asked for
   // the checks, this pass's arm calls take wy-tc's split scheme (any range); without them the
   // caller promised the half scheme's domain (gdn::kWyTcHalfMaxV).

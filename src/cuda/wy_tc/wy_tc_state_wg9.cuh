@@ -48,15 +48,12 @@ __device__ __forceinline__ unsigned wg9_desc_lo(unsigned saddr, unsigned lbo) {
 }
 
 // Two fp32 values rounded to TOut (2-byte types) and packed, the first in the low half: the same
-// conversion (round to nearest even) as from_f32 on each.
-template <typename TOut> __device__ __forceinline__ std::uint32_t wg9_pack2(float a, float b);
-template <> __device__ __forceinline__ std::uint32_t wg9_pack2<__nv_bfloat16>(float a, float b) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<std::uint32_t*>(&v);
-}
-template <> __device__ __forceinline__ std::uint32_t wg9_pack2<__half>(float a, float b) {
-  __half2 v = __floats2half2_rn(a, b);
-  return *reinterpret_cast<std::uint32_t*>(&v);
+// conversion (round to nearest even) as from_f32 on each (wy_tc.cu's pack_bf16 / pack_f16).
+template <typename TOut> __device__ __forceinline__ std::uint32_t wg9_pack2(float a, float b) {
+  static_assert(std::is_same_v<TOut, __nv_bfloat16> || std::is_same_v<TOut, __half>,
+                "2-byte outputs only");
+  if constexpr (std::is_same_v<TOut, __half>) return pack_f16(a, b);
+  else return pack_bf16(a, b);
 }
 
 #if GDN_WYTC_WG_DEVICE
