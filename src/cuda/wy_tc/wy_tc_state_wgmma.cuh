@@ -42,50 +42,34 @@ namespace wg {
 #if GDN_WYTC_WG_DEVICE
 // The m64n64k16 / m64n128k16 wgmma with fp32 accumulators, A in registers (4 16-bit pair
 // registers, this warp's 16 rows), B by smem descriptor; TY the operand type (bf16 or f16).
-#define GDN_WGMMA_N64(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
-      "{"  \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
-#define GDN_WGMMA_N128(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-      "{"  \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
-        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
-        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
-        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
-        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
-        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
+// Operands: the accumulator d[nt][e] (N / 2 registers, %0 ..), then A (4), the descriptor and the
+// scale-d flag.
+#define GDN_WG_ACC4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define GDN_WG_ACC32                                                                    \
+  GDN_WG_ACC4(0), GDN_WG_ACC4(1), GDN_WG_ACC4(2), GDN_WG_ACC4(3), GDN_WG_ACC4(4),       \
+      GDN_WG_ACC4(5), GDN_WG_ACC4(6), GDN_WG_ACC4(7)
+#define GDN_WG_ACC64                                                                    \
+  GDN_WG_ACC32, GDN_WG_ACC4(8), GDN_WG_ACC4(9), GDN_WG_ACC4(10), GDN_WG_ACC4(11),       \
+      GDN_WG_ACC4(12), GDN_WG_ACC4(13), GDN_WG_ACC4(14), GDN_WG_ACC4(15)
+#define GDN_WG_REGS32                                                                   \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "              \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define GDN_WG_REGS64                                                                   \
+  GDN_WG_REGS32 ", "                                                                    \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "    \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define GDN_WGMMA_N64(TY)                                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                            \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "              \
+               "{" GDN_WG_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"       \
+               : GDN_WG_ACC32                                                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
+#define GDN_WGMMA_N128(TY)                                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                            \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " "             \
+               "{" GDN_WG_REGS64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"       \
+               : GDN_WG_ACC64                                                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
 
 // d[8][4] += A (4 bf16x2 registers, or f16x2 with kF16) x B (smem descriptor), m64n64k16.
 template <int kAccum, bool kF16 = false>  // kAccum 0: d = A B, 1: d += A B; kF16: f16 operands
@@ -104,6 +88,11 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const std::uint32_
 }
 #undef GDN_WGMMA_N64
 #undef GDN_WGMMA_N128
+#undef GDN_WG_ACC4
+#undef GDN_WG_ACC32
+#undef GDN_WG_ACC64
+#undef GDN_WG_REGS32
+#undef GDN_WG_REGS64
 
 // m64nKk16 accumulate into a K-column accumulator (K = 64 or 128).
 template <int K> __device__ __forceinline__ void wgmma_nk(float (&d)[K / 8][4],
