@@ -17,6 +17,14 @@ enum Flag : unsigned {
   kWide = 1u << 8  // outside the half scheme's domain: information, not an error
 };
 
+// Block-wide: `flag` if any thread saw a non-finite value, kWide if any saw one above the half
+// scheme's limit; one atomic per block.
+__device__ __forceinline__ void report_block(bool bad, bool big, unsigned flag, unsigned* out) {
+  const bool any_bad = __syncthreads_or(bad), any_big = __syncthreads_or(big);
+  if (threadIdx.x == 0 && (any_bad || any_big))
+    atomicOr(out, (any_bad ? flag : 0u) | (any_big ? kWide : 0u));
+}
+
 // Scans a [rows, H, D] strided tensor (innermost contiguous) for non-finite values, and for
 // finite values above `wide` in magnitude (kWide).
 template <typename T>
@@ -31,9 +39,7 @@ __global__ void scan3(const T* x, std::int64_t rows, int H, int D, std::int64_t 
     bad |= !isfinite(v);
     big |= fabsf(v) > wide;  // false for NaN; true for Inf (already an error)
   }
-  const bool any_bad = __syncthreads_or(bad), any_big = __syncthreads_or(big);
-  if (threadIdx.x == 0 && (any_bad || any_big))
-    atomicOr(out, (any_bad ? flag : 0u) | (any_big ? kWide : 0u));
+  report_block(bad, big, flag, out);
 }
 
 // g and beta: [T, HV] with row stride.
@@ -62,9 +68,7 @@ __global__ void scan_flat(const float* x, std::int64_t n, unsigned flag, float w
     bad |= !isfinite(x[i]);
     big |= fabsf(x[i]) > wide;
   }
-  const bool any_bad = __syncthreads_or(bad), any_big = __syncthreads_or(big);
-  if (threadIdx.x == 0 && (any_bad || any_big))
-    atomicOr(out, (any_bad ? flag : 0u) | (any_big ? kWide : 0u));
+  report_block(bad, big, flag, out);
 }
 
 int grid_for(std::int64_t n) {
