@@ -327,6 +327,82 @@ TEST(wy_tc, ChunkV7RolledEqualsUnrolledBitForBit) {
   }
 }
 
+// The key-head form of the v7 chunk kernel (GDN_WYTC_CHUNK=v7k: one block per chunk and key
+// head for its 2 or 3 value heads, q / k loaded and Q K^T formed once) against the per-value-head
+// form (v7h): the same workspace bits, so o and hT are bit for bit equal, in both operand schemes,
+// on grouped and tiled head maps, with and without the in-kernel L2 norm, fp32 and bf16 beta,
+// empty sequences and partial chunks. Negative control: v7kneg (the key-head kernel with U
+// negated) differs from v7k and fails parity, which shows that v7k reached the key-head kernel.
+std::vector<std::pair<std::string, check::CaseSpec>> key_head_cases() {
+  std::vector<std::pair<std::string, check::CaseSpec>> v;
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17}, 2, 6, 128, 128);
+    s.decay = check::Decay::slow;
+    s.h0 = true;
+    v.push_back({"L300x0x1029x17_HK2_HV6_slow_h0", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);
+    s.l2norm_in_kernel = true;
+    v.push_back({"L4099_HK2_HV6_l2norm", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({70, 333}, 2, 4, 128, 128);
+    s.head_map = gdn::HeadMap::tiled;
+    s.beta_dtype = gdn::DType::bf16;
+    v.push_back({"L70x333_HK2_HV4_tiled_bf16beta", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({200, 65}, 2, 6, 128, 128);
+    s.head_map = gdn::HeadMap::tiled;
+    s.state_layout = gdn::StateLayout::vk;
+    s.l2norm_in_kernel = true;
+    s.out_dtype = gdn::DType::f32;
+    v.push_back({"L200x65_HK2_HV6_tiled_vk_l2norm_f32out", s});
+  }
+  return v;
+}
+
+TEST(wy_tc, ChunkKeyHeadFormEqualsPerValueHeadBitForBit) {
+  int seed = 800;
+  for (const char* prec : {"auto", "split"}) {
+    testutil::ScopedEnv scheme("GDN_WYTC_PRECISION", prec);
+    for (const auto& [name, spec] : key_head_cases()) {
+      SCOPED_TRACE(name + " " + prec);
+      const check::Case c = check::make_case(spec, ++seed);
+      const check::ArmOutput per_head = run_chunk_variant(c, "v7h");
+      const check::ArmOutput key_head = run_chunk_variant(c, "v7k");
+      expect_bitwise_equal(key_head, per_head, name + " v7k vs v7h (" + prec + ")");
+      const check::ArmOutput neg = run_chunk_variant(c, "v7kneg");
+      ASSERT_TRUE(neg.status.ok()) << neg.status.message();
+      EXPECT_NE(testutil::first_bit_difference(key_head.o, neg.o), -1)
+          << "v7kneg equals v7k: the switch did not reach the key-head kernel";
+    }
+  }
+  // Parity of the key-head form and the failure of its negative control, on two of the cases.
+  for (const auto& [name, spec] : key_head_cases()) {
+    if (name != "L300x0x1029x17_HK2_HV6_slow_h0" && name != "L70x333_HK2_HV4_tiled_bf16beta")
+      continue;
+    SCOPED_TRACE(name);
+    const check::Case c = check::make_case(spec, 850);
+    const check::Oracle ref = check::ref_serial(c);
+    {
+      testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7k");
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc chunk v7k %s: o %.3e state %.3e (util %.3f / %.3f)\n", name.c_str(),
+                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+    }
+    testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7kneg");
+    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+    std::printf("wy-tc chunk v7kneg %s: o %.3e state %.3e\n", name.c_str(), r.o.rel_rms,
+                r.state.rel_rms);
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    EXPECT_FALSE(r.pass) << "parity passed with U negated: v7k did not run, or the check is blind";
+  }
+}
+
 // Negative control of the v7 checks: GDN_WYTC_CHUNK=v7neg runs the v7 kernel with U written
 // negated. Its outputs must differ from v7's (a bitwise comparison can see a wrong chunk kernel)
 // and fail parity (the check sees it, and the default path is the v7 kernel: v2 has no such
