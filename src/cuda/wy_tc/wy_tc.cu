@@ -832,7 +832,7 @@ __device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int 
 //     warp (v6: 32 .. 128), so barrier 5 costs no waiting on an unbalanced phase. Per element
 //     the same mma's in the same order (k-steps ascending, lo then hi) as v6.
 //   * The first wait (barrier 1) covers q and k only (32 KiB instead of 48 at K = V = 128).
-template <int K, int V, int kG = 1> struct ChunkSmemV7 {
+template <int K, int V> struct ChunkSmemV7 {
   static constexpr int LB = K + 8;   // bf16 row stride of the k and q tiles (16-byte rows, the 8
                                      // rows of one ldmatrix hit distinct bank groups)
   static constexpr int LBV = V + 8;  // bf16 row stride of the v tile
@@ -841,11 +841,10 @@ template <int K, int V, int kG = 1> struct ChunkSmemV7 {
   static constexpr bool kXInQ = 2 * LB >= 4 * LA;
   static_assert(2 * LBV <= 4 * LA, "a v row fits in the bytes of an A row");
   // sK, sQ 64 x LB bf16; sA 64 x LA fp32, later the v tile; X in sQ (K = 128) or its own
-  // 64 x LA fp32 region (K = 64); 2 vectors of 64 fp32 per block (the norms) and 5 per value
-  // head (kG value heads per block: the key-head form, below).
+  // 64 x LA fp32 region (K = 64); 7 vectors of 64 fp32.
   static constexpr std::size_t bytes = 2 * static_cast<std::size_t>(Cfg::kChunk) * (2 * LB) +
                                        4 * static_cast<std::size_t>(Cfg::kChunk) *
-                                           ((kXInQ ? 1 : 2) * LA + 2 + 5 * kG);
+                                           ((kXInQ ? 1 : 2) * LA + 7);
 };
 
 // negctl (negative control, GDN_WYTC_CHUNK=v7neg): U is written negated, so parity must fail
@@ -857,51 +856,34 @@ template <int K, int V, int kG = 1> struct ChunkSmemV7 {
 // process image, interleaved): 1.2-3% faster on every 27b / qwen3-next case (27b T = 32768 1.736
 // - 1.741 against 1.759 - 1.763 ms), although ncu times the kernel alone equal (281.0 vs 281.8 us
 // at T = 8192).
-// kG (the key-head form, GDN_WYTC_CHUNK=v7k / v7h; docs/NOTES_wy_tc.md, "v7k"): kG > 1 runs one
-// block per (chunk, KEY head) for the kG = HV / HK value heads that share it: the q, k tiles
-// are loaded and L2-normed once, Q K^T is formed once and P written for every value head from
-// the same accumulators, Qs and Kd^T written once; then per value head in turn K K^T (formed
-// again from the resident k tile: 32 accumulator registers are not free at 4 blocks per SM), A,
-// the solve, W, U. Per value head the same operations on the same values in the same order as
-// kG = 1, so the workspace is bit for bit the per-value-head kernel's.
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, int kG = 1>
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
-  using Sm = ChunkSmemV7<K, V, kG>;
+  using Sm = ChunkSmemV7<K, V>;
   constexpr int LB = Sm::LB, LBV = Sm::LBV, LA = Sm::LA;
   static_assert(!Sm::kXInQ || 2 * LB == 4 * LA, "X row r takes exactly the bytes of q row r");
   static_assert(K % 32 == 0 && V % 16 == 0, "whole x4 groups of the Kd^T tile, whole m-tiles of V");
-  static_assert(kG == 1 || Sm::kXInQ, "the key-head form keeps X in the q tile's bytes");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [C][LB]
   __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
   float* sA = reinterpret_cast<float*>(sQ + C * LB);                // [C][LA] strict-lower A
   __nv_bfloat16* sV = reinterpret_cast<__nv_bfloat16*>(sA);         // [C][LBV] after barrier 4
   float* sX = Sm::kXInQ ? reinterpret_cast<float*>(sQ) : sA + C * LA;
-  // Per value head g of the block, [kG][C] each: row g C .. g C + C - 1.
   float* sG = sA + C * LA + (Sm::kXInQ ? 0 : C * LA);  // cumulative log-decay
-  float* sE = sG + kG * C;  // exp(G)
-  float* sD = sE + kG * C;  // exp(G_C - G) / |k|
-  float* sB = sD + kG * C;  // beta
-  float* sRk = sB + kG * C; // 1 / |k| (1 without l2norm; per block)
-  float* sRq = sRk + C;     // 1 / |q| (per block)
+  float* sE = sG + C;       // exp(G)
+  float* sD = sE + C;       // exp(G_C - G) / |k|
+  float* sB = sD + C;       // beta
+  float* sRk = sB + C;      // 1 / |k| (1 without l2norm)
+  float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  const int cg = p.chunk0 + blockIdx.x, hb = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
+  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
             lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
-  const int kh = kG > 1 ? hb : (p.tiled ? hb % p.HK : hb / (p.HV / p.HK));
-  // Value head of the block's g-th: kG = 1 blockIdx.y; else the key head's g-th value head.
-  auto vhead = [&](int g) -> int {
-    if constexpr (kG == 1) return hb;
-    return p.tiled ? g * p.HK + kh : kh * kG + g;
-  };
-  auto base_of = [&](int g) -> std::int64_t {
-    return static_cast<std::int64_t>(cg) * p.HV + vhead(g);
-  };
+  const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
   const auto* v = static_cast<const __nv_bfloat16*>(p.v);
@@ -921,19 +903,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   }
   if (tid < C) {
     const std::int64_t t = tok0 + tid;
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      sG[g * C + tid] = tid < len ? p.g[t * p.g_st + vhead(g)] : 0.f;
-      sB[g * C + tid] = tid < len ? to_f32(beta[t * p.b_st + vhead(g)]) : 0.f;
-    }
+    sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
+    sB[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
   }
   cp_async_wait<0>();
   __syncthreads();  // barrier 1: q, k tiles, g, beta
-  if constexpr (kG == 1) {
-    if (warp == 0) chunk_cumsum(sG);
-  } else {
-    for (int g = warp; g < kG; g += Cfg::kThreads / 32) chunk_cumsum(sG + g * C);
-  }
+  if (warp == 0) chunk_cumsum(sG);
   if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros get
               // 1 / sqrt(1e-6)).
     // kRows independent rows per pass, their loads and shuffle chains interleaved (r21: warps
@@ -971,47 +946,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   if (!kL2 && tid < C) sRk[tid] = 1.f, sRq[tid] = 1.f;
   __syncthreads();  // barrier 2: G, norms
 
+  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
   // Q and K^T tiles: per value head in the split format (scaled per head); per key head in the
   // exact format (the raw bf16 tiles, the same for the key head's value heads), written by the
-  // key head's first value head only (every block of the key-head form).
-  const bool qk_writer =
-      kG > 1 || !p.exact_ws || (p.tiled ? hb < p.HK : hb % (p.HV / p.HK) == 0);
-  const std::int64_t base_qk =
-      p.exact_ws ? static_cast<std::int64_t>(cg) * p.HK + kh : base_of(0);
+  // key head's first value head only.
+  const bool qk_writer = !p.exact_ws || (p.tiled ? h < p.HK : h % (p.HV / p.HK) == 0);
+  const std::int64_t base_qk = p.exact_ws ? static_cast<std::int64_t>(cg) * p.HK + kh : base;
   const int m0 = warp * 16;
   if (lane < 16) {
     const int r = m0 + lane;
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      const int o = g * C + r;
-      sE[o] = expf(sG[o]);
-      sD[o] = expf(sG[g * C + C - 1] - sG[o]) * sRk[r];
-      sS[o] = sB[o] * sE[o] * sRk[r];
-      if (p.exact_ws) {
-        p.ws.eq[base_of(g) * C + r] = p.scale * sE[o] * sRq[r];
-        p.ws.ed[base_of(g) * C + r] = sD[o];
-      }
+    sE[r] = expf(sG[r]);
+    sD[r] = expf(sG[C - 1] - sG[r]) * sRk[r];
+    sS[r] = sB[r] * sE[r] * sRk[r];
+    if (p.exact_ws) {
+      p.ws.eq[base * C + r] = p.scale * sE[r] * sRq[r];
+      p.ws.ed[base * C + r] = sD[r];
     }
   }
-  if (tid == 0) {
-#pragma unroll
-    for (int g = 0; g < kG; ++g) p.ws.gc[base_of(g)] = sG[g * C + C - 1];
-  }
+  if (tid == 0) p.ws.gc[base] = sG[C - 1];
   __syncwarp();
 
   const unsigned aK = smem_addr(sK + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
   const unsigned aQ = smem_addr(sQ + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
   const unsigned bK = smem_addr(sK + ((lane & 7) + ((lane >> 4) << 3)) * LB + ((lane >> 3) & 1) * 8);
   const unsigned tK = smem_addr(sK + (lane & 15) * LB + (lane >> 4) * 8);
-  const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
-  // K K^T (and Q K^T with kQ) for the warp's 16 rows, n-tiles up to the diagonal only (as v6).
-  auto fold_kk = [&](auto with_q, float (&akk)[C / 8][4], float (&aqk)[C / 8][4]) {
-    constexpr bool kQ = decltype(with_q)::value;
+  // Q K^T and K K^T for the warp's 16 rows, n-tiles up to the diagonal only (as v6).
+  {
+    float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
+    const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
 #pragma unroll(kRoll ? 1 : K / 16)
     for (int ks = 0; ks < K / 16; ++ks) {
       std::uint32_t ak[4], aq[4];
       ldsm_x4_a(ak, aK + 2 * (ks * 16));
-      if constexpr (kQ) ldsm_x4_a(aq, aQ + 2 * (ks * 16));
+      ldsm_x4_a(aq, aQ + 2 * (ks * 16));
 #pragma unroll
       for (int np = 0; np < C / 16; ++np) {
         if (2 * np < ntiles) {
@@ -1020,22 +987,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
           mma_bf16(akk[2 * np], ak, b0);
           mma_bf16(akk[2 * np + 1], ak, b1);
-          if constexpr (kQ) {
-            mma_bf16(aqk[2 * np], aq, b0);
-            mma_bf16(aqk[2 * np + 1], aq, b1);
-          }
+          mma_bf16(aqk[2 * np], aq, b0);
+          mma_bf16(aqk[2 * np + 1], aq, b1);
         }
       }
     }
-  };
-  // A (with kA) and P (with kP) of value head g from the accumulators.
-  auto epilogue = [&](auto with_a, auto with_p, int g, const float (&akk)[C / 8][4],
-                      const float (&aqk)[C / 8][4]) {
-    constexpr bool kA = decltype(with_a)::value, kP = decltype(with_p)::value;
-    const float* hG = sG + g * C;
-    const float* hB = sB + g * C;
-    std::uint32_t* Ph = p.ws.ph + base_of(g) * C * C / 2;
-    std::uint32_t* Pl = p.ws.pl + base_of(g) * C * C / 2;
+    std::uint32_t* Ph = p.ws.ph + base * C * C / 2;
+    std::uint32_t* Pl = p.ws.pl + base * C * C / 2;
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt)
 #pragma unroll
@@ -1044,32 +1002,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
         const int at = ws_word<C>(i, j);
         if (nt < ntiles) {
           // The gate exponent is masked before the exp (G_i - G_j > 0 above the diagonal).
-          const float gi = hG[i], ri = hB[i] * sRk[i], rq = p.scale * sRq[i];
-          const float c0 = i >= j ? expf(gi - hG[j]) * sRk[j] : 0.f;
-          const float c1 = i >= j + 1 ? expf(gi - hG[j + 1]) * sRk[j + 1] : 0.f;
-          if constexpr (kA) {
-            sA[i * LA + j] = i > j ? ri * akk[nt][e] * c0 : 0.f;
-            sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
-          }
-          if constexpr (kP) {
-            const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
-            const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-            if (p.half_ws) Ph[at] = pack_f16(x0, x1);
-            else split_pair(x0, x1, Ph[at], Pl[at]);
-          }
-        } else if constexpr (kP) {  // above the diagonal block: P is zero (the state pass reads
-                                    // the whole tile)
+          const float gi = sG[i], ri = sB[i] * sRk[i], rq = p.scale * sRq[i];
+          const float c0 = i >= j ? expf(gi - sG[j]) * sRk[j] : 0.f;
+          const float c1 = i >= j + 1 ? expf(gi - sG[j + 1]) * sRk[j + 1] : 0.f;
+          sA[i * LA + j] = i > j ? ri * akk[nt][e] * c0 : 0.f;
+          sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
+          const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
+          const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
+          if (p.half_ws) Ph[at] = pack_f16(x0, x1);
+          else split_pair(x0, x1, Ph[at], Pl[at]);
+        } else {  // above the diagonal block: P is zero (the state pass reads the whole tile)
           Ph[at] = 0u;
           if (!p.half_ws) Pl[at] = 0u;
         }
       }
-  };
-  {
-    float akk[C / 8][4] = {}, aqk[C / 8][4] = {};
-    fold_kk(std::true_type{}, akk, aqk);
-    epilogue(std::true_type{}, std::true_type{}, 0, akk, aqk);
-#pragma unroll 1
-    for (int g = 1; g < kG; ++g) epilogue(std::false_type{}, std::true_type{}, g, akk, aqk);
   }
   // Qs as v6: piece (row r, 8 kb .. 8 kb + 7) of the ws_word<C> order is one 16-byte row segment
   // of the q tile, the warp's own rows.
@@ -1101,171 +1047,157 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       }
     }
   }
-#pragma unroll 1
-  for (int g = 0; g < kG; ++g) {
-    if (kG > 1 && g > 0) {
-      __syncthreads();  // the previous value head's U has read X and the v tile (A's bytes)
-      float akk[C / 8][4] = {};
-      fold_kk(std::false_type{}, akk, akk);
-      epilogue(std::true_type{}, std::false_type{}, g, akk, akk);
-    }
-    const std::int64_t base = base_of(g);
-    __syncwarp();  // the warp's A rows written, its q rows read: X_ww may overwrite them
-    solve_column<LA, 16>(sA + m0 * LA + m0, sX + m0 * LA + m0, lane & 15);  // lanes 16-31 repeat
-    if (g == 0 && warp < 2 && qk_writer) {
-      // Kd^T as v6 (ldmatrix.trans of the k tile, x4 group g = matrices 4 g .. 4 g + 3 of the
-      // ws_word<K> order).
-      std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
-      std::uint32_t* Kl = p.ws.kl + base_qk * K * C / 2;
+  __syncwarp();  // the warp's A rows written, its q rows read: X_ww may overwrite them
+  solve_column<LA, 16>(sA + m0 * LA + m0, sX + m0 * LA + m0, lane & 15);  // lanes 16-31 repeat 0-15
+  if (warp < 2 && qk_writer) {
+    // Kd^T as v6 (ldmatrix.trans of the k tile, x4 group g = matrices 4 g .. 4 g + 3 of the
+    // ws_word<K> order).
+    std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
+    std::uint32_t* Kl = p.ws.kl + base_qk * K * C / 2;
 #pragma unroll 2
-      for (int x4 = warp; x4 < C * K / 256; x4 += 2) {
-        const int mi = 4 * x4 + (lane >> 3), kb = mi / (K / 8), db = mi % (K / 8);
-        std::uint32_t w4[4];
-        ldsm_x4_t_a(w4, smem_addr(sK + (8 * kb + (lane & 7)) * LB + 8 * db));
-        if (p.exact_ws) {
+    for (int g = warp; g < C * K / 256; g += 2) {
+      const int mi = 4 * g + (lane >> 3), kb = mi / (K / 8), db = mi % (K / 8);
+      std::uint32_t w4[4];
+      ldsm_x4_t_a(w4, smem_addr(sK + (8 * kb + (lane & 7)) * LB + 8 * db));
+      if (p.exact_ws) {
 #pragma unroll
-          for (int m = 0; m < 4; ++m) Kh[(4 * x4 + m) * 32 + lane] = w4[m];
-        } else {
-          const int r = 8 * ((4 * x4) / (K / 8)) + 2 * tig;
-          const float d0 = expf(sG[C - 1] - sG[r]) * sRk[r];
-          const float d1 = expf(sG[C - 1] - sG[r + 1]) * sRk[r + 1];
+        for (int m = 0; m < 4; ++m) Kh[(4 * g + m) * 32 + lane] = w4[m];
+      } else {
+        const int r = 8 * ((4 * g) / (K / 8)) + 2 * tig;
+        const float d0 = expf(sG[C - 1] - sG[r]) * sRk[r];
+        const float d1 = expf(sG[C - 1] - sG[r + 1]) * sRk[r + 1];
 #pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(&w4[m]);
-            split_pair(d0 * __low2float(b2), d1 * __high2float(b2), Kh[(4 * x4 + m) * 32 + lane],
-                       Kl[(4 * x4 + m) * 32 + lane]);
-          }
+        for (int m = 0; m < 4; ++m) {
+          const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(&w4[m]);
+          split_pair(d0 * __low2float(b2), d1 * __high2float(b2), Kh[(4 * g + m) * 32 + lane],
+                     Kl[(4 * g + m) * 32 + lane]);
         }
       }
     }
-    __syncthreads();  // barrier 3: every diagonal block of X, every row of A and of sS, sD; q read
-    solve_row_block<1, LA>(sA, sX, warp, lane);
-    solve_row_block<2, LA>(sA, sX, warp, lane);
-    solve_row_block<3, LA>(sA, sX, warp, lane);
-    __syncthreads();  // barrier 4: X complete, A dead
+  }
+  __syncthreads();  // barrier 3: every diagonal block of X, every row of A and of sS, sD; q read
+  solve_row_block<1, LA>(sA, sX, warp, lane);
+  solve_row_block<2, LA>(sA, sX, warp, lane);
+  solve_row_block<3, LA>(sA, sX, warp, lane);
+  __syncthreads();  // barrier 4: X complete, A dead
 
-    // The v tile into the bytes of A (zero-filled past the chunk's length); lands while W is
-    // formed.
-    {
-      constexpr int PV = V / 8;
-      const int h = vhead(g);
-      for (int i = tid; i < C * PV; i += Cfg::kThreads) {
-        const int r = i / PV, c = (i % PV) * 8;
-        const bool ok = r < len;
-        const std::int64_t t = tok0 + (ok ? r : 0);
-        cp_async16_zfill(sV + r * LBV + c, v + t * p.v_st + h * p.v_sh + c, ok);
-      }
-      cp_async_commit();
+  // The v tile into the bytes of A (zero-filled past the chunk's length); lands while W is formed.
+  {
+    constexpr int PV = V / 8;
+    for (int i = tid; i < C * PV; i += Cfg::kThreads) {
+      const int r = i / PV, c = (i % PV) * 8;
+      const bool ok = r < len;
+      const std::int64_t t = tok0 + (ok ? r : 0);
+      cp_async16_zfill(sV + r * LBV + c, v + t * p.v_st + h * p.v_sh + c, ok);
     }
+    cp_async_commit();
+  }
 
-    // W = Y K, Y = X diag(beta E rk). Warp w: row tiles mt0 = (w < 2 ? 0 : 1) and mt1 = 3 - mt0,
-    // columns n0 .. n0 + K/2 - 1 with n0 = (w & 1) K/2; k-steps ks <= mt (Y[i][j] = 0 for j > i).
-    // A fragments split hi + lo (the same values as v6), B fragments of the exact k tile by
-    // ldmatrix.trans; per accumulator the mma's run in v6's order (ks ascending, lo then hi).
-    {
-      constexpr int NH = K / 16;  // n-tiles per column half
-      const int mt0 = warp < 2 ? 0 : 1, mt1 = 3 - mt0, n0 = (warp & 1) * (K / 2);
-      const float* hS = sS + g * C;
-      float acc[2][NH][4] = {};
-      auto y_frag = [&](std::uint32_t (&yh)[4], std::uint32_t (&yl)[4], int mt, int ks) {
+  // W = Y K, Y = X diag(beta E rk). Warp w: row tiles mt0 = (w < 2 ? 0 : 1) and mt1 = 3 - mt0,
+  // columns n0 .. n0 + K/2 - 1 with n0 = (w & 1) K/2; k-steps ks <= mt (Y[i][j] = 0 for j > i).
+  // A fragments split hi + lo (the same values as v6), B fragments of the exact k tile by
+  // ldmatrix.trans; per accumulator the mma's run in v6's order (ks ascending, lo then hi).
+  {
+    constexpr int NH = K / 16;  // n-tiles per column half
+    const int mt0 = warp < 2 ? 0 : 1, mt1 = 3 - mt0, n0 = (warp & 1) * (K / 2);
+    float acc[2][NH][4] = {};
+    auto y_frag = [&](std::uint32_t (&yh)[4], std::uint32_t (&yl)[4], int mt, int ks) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = 16 * mt + gid + 8 * (r & 1), col = ks * 16 + 2 * tig + 8 * (r >> 1);
-          const float2 x2 = *reinterpret_cast<const float2*>(sX + row * LA + col);
-          split_pair(x2.x * hS[col], x2.y * hS[col + 1], yh[r], yl[r]);
-        }
-      };
+      for (int r = 0; r < 4; ++r) {
+        const int row = 16 * mt + gid + 8 * (r & 1), col = ks * 16 + 2 * tig + 8 * (r >> 1);
+        const float2 x2 = *reinterpret_cast<const float2*>(sX + row * LA + col);
+        split_pair(x2.x * sS[col], x2.y * sS[col + 1], yh[r], yl[r]);
+      }
+    };
 #pragma unroll(kRoll ? 1 : C / 16)
-      for (int ks = 0; ks < C / 16; ++ks) {
-        if (ks <= mt1) {  // mt1 >= 2 > mt0 or mt1 = 3: every k-step of mt0 is one of mt1's
-          const bool use0 = ks <= mt0;
-          std::uint32_t y0h[4] = {}, y0l[4] = {}, y1h[4], y1l[4];
-          y_frag(y1h, y1l, mt1, ks);
-          if (use0) y_frag(y0h, y0l, mt0, ks);
+    for (int ks = 0; ks < C / 16; ++ks) {
+      if (ks <= mt1) {  // mt1 >= 2 > mt0 or mt1 = 3: every k-step of mt0 is one of mt1's
+        const bool use0 = ks <= mt0;
+        std::uint32_t y0h[4] = {}, y0l[4] = {}, y1h[4], y1l[4];
+        y_frag(y1h, y1l, mt1, ks);
+        if (use0) y_frag(y0h, y0l, mt0, ks);
 #pragma unroll
-          for (int np = 0; np < NH / 2; ++np) {
-            std::uint32_t b[4];
-            ldsm_x4_t_a(b, tK + 2 * (ks * 16 * LB + n0 + np * 16));
-            const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-            if (use0) {
-              mma_bf16(acc[0][2 * np], y0l, b0);
-              mma_bf16(acc[0][2 * np], y0h, b0);
-              mma_bf16(acc[0][2 * np + 1], y0l, b1);
-              mma_bf16(acc[0][2 * np + 1], y0h, b1);
-            }
-            mma_bf16(acc[1][2 * np], y1l, b0);
-            mma_bf16(acc[1][2 * np], y1h, b0);
-            mma_bf16(acc[1][2 * np + 1], y1l, b1);
-            mma_bf16(acc[1][2 * np + 1], y1h, b1);
+        for (int np = 0; np < NH / 2; ++np) {
+          std::uint32_t b[4];
+          ldsm_x4_t_a(b, tK + 2 * (ks * 16 * LB + n0 + np * 16));
+          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+          if (use0) {
+            mma_bf16(acc[0][2 * np], y0l, b0);
+            mma_bf16(acc[0][2 * np], y0h, b0);
+            mma_bf16(acc[0][2 * np + 1], y0l, b1);
+            mma_bf16(acc[0][2 * np + 1], y0h, b1);
           }
+          mma_bf16(acc[1][2 * np], y1l, b0);
+          mma_bf16(acc[1][2 * np], y1h, b0);
+          mma_bf16(acc[1][2 * np + 1], y1l, b1);
+          mma_bf16(acc[1][2 * np + 1], y1h, b1);
         }
       }
-      std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
-      std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
-#pragma unroll
-      for (int s = 0; s < 2; ++s)
-#pragma unroll
-        for (int nt = 0; nt < NH; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            const int at = ws_word<C>(16 * (s ? mt1 : mt0) + acc_row(e), n0 + acc_col(nt, e));
-            if (p.half_ws) Wh[at] = pack_f16(acc[s][nt][e], acc[s][nt][e + 1]);
-            else split_pair(acc[s][nt][e], acc[s][nt][e + 1], Wh[at], Wl[at]);
-          }
     }
-    cp_async_wait<0>();
-    __syncthreads();  // barrier 5: the v tile
-
-    // U^T = V^T Xb^T exactly as v6 (warp w: token n-tiles w and 7 - w, 5 k-steps).
-    {
-      const int t0 = warp, t1 = 7 - warp;
-      const float* hB = sB + g * C;
-      const unsigned aV =
-          smem_addr(sV + ((lane & 7) + ((lane >> 4) << 3)) * LBV + ((lane >> 3) & 1) * 8);
-      auto xb_frag = [&](std::uint32_t (&hi)[2], std::uint32_t (&lo)[2], int t, int ks) {
-        const int i = 8 * t + gid, j = 16 * ks + 2 * tig;
-        const float2 x0 = *reinterpret_cast<const float2*>(sX + i * LA + j);
-        const float2 x1 = *reinterpret_cast<const float2*>(sX + i * LA + j + 8);
-        split_pair(x0.x * hB[j], x0.y * hB[j + 1], hi[0], lo[0]);
-        split_pair(x1.x * hB[j + 8], x1.y * hB[j + 9], hi[1], lo[1]);
-      };
-      float acc[V / 16][2][4] = {};
-#pragma unroll(kRoll ? 1 : C / 16)
-      for (int ks = 0; ks < C / 16; ++ks) {
-        if (2 * ks <= t1) {
-          const bool use0 = 2 * ks <= t0;
-          std::uint32_t b0h[2] = {}, b0l[2] = {}, b1h[2], b1l[2];
-          xb_frag(b1h, b1l, t1, ks);
-          if (use0) xb_frag(b0h, b0l, t0, ks);
+    std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
+    std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
 #pragma unroll
-          for (int mt = 0; mt < V / 16; ++mt) {
-            std::uint32_t a[4];
-            ldsm_x4_t_a(a, aV + 2 * (ks * 16 * LBV + mt * 16));
-            if (use0) {
-              mma_bf16(acc[mt][0], a, b0l);
-              mma_bf16(acc[mt][0], a, b0h);
-            }
-            mma_bf16(acc[mt][1], a, b1l);
-            mma_bf16(acc[mt][1], a, b1h);
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+      for (int nt = 0; nt < NH; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int at = ws_word<C>(16 * (s ? mt1 : mt0) + acc_row(e), n0 + acc_col(nt, e));
+          if (p.half_ws) Wh[at] = pack_f16(acc[s][nt][e], acc[s][nt][e + 1]);
+          else split_pair(acc[s][nt][e], acc[s][nt][e + 1], Wh[at], Wl[at]);
+        }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // barrier 5: the v tile
+
+  // U^T = V^T Xb^T exactly as v6 (warp w: token n-tiles w and 7 - w, 5 k-steps).
+  {
+    const int t0 = warp, t1 = 7 - warp;
+    const unsigned aV =
+        smem_addr(sV + ((lane & 7) + ((lane >> 4) << 3)) * LBV + ((lane >> 3) & 1) * 8);
+    auto xb_frag = [&](std::uint32_t (&hi)[2], std::uint32_t (&lo)[2], int t, int ks) {
+      const int i = 8 * t + gid, j = 16 * ks + 2 * tig;
+      const float2 x0 = *reinterpret_cast<const float2*>(sX + i * LA + j);
+      const float2 x1 = *reinterpret_cast<const float2*>(sX + i * LA + j + 8);
+      split_pair(x0.x * sB[j], x0.y * sB[j + 1], hi[0], lo[0]);
+      split_pair(x1.x * sB[j + 8], x1.y * sB[j + 9], hi[1], lo[1]);
+    };
+    float acc[V / 16][2][4] = {};
+#pragma unroll(kRoll ? 1 : C / 16)
+    for (int ks = 0; ks < C / 16; ++ks) {
+      if (2 * ks <= t1) {
+        const bool use0 = 2 * ks <= t0;
+        std::uint32_t b0h[2] = {}, b0l[2] = {}, b1h[2], b1l[2];
+        xb_frag(b1h, b1l, t1, ks);
+        if (use0) xb_frag(b0h, b0l, t0, ks);
+#pragma unroll
+        for (int mt = 0; mt < V / 16; ++mt) {
+          std::uint32_t a[4];
+          ldsm_x4_t_a(a, aV + 2 * (ks * 16 * LBV + mt * 16));
+          if (use0) {
+            mma_bf16(acc[mt][0], a, b0l);
+            mma_bf16(acc[mt][0], a, b0h);
           }
+          mma_bf16(acc[mt][1], a, b1l);
+          mma_bf16(acc[mt][1], a, b1h);
         }
       }
-      if (negctl) {
+    }
+    if (negctl) {
 #pragma unroll
-        for (int mt = 0; mt < V / 16; ++mt)
+      for (int mt = 0; mt < V / 16; ++mt)
 #pragma unroll
-          for (int s = 0; s < 2; ++s)
+        for (int s = 0; s < 2; ++s)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][s][e] = -acc[mt][s][e];
-      }
-      float4* U4 = reinterpret_cast<float4*>(p.ws.u + base * C * V);
+          for (int e = 0; e < 4; ++e) acc[mt][s][e] = -acc[mt][s][e];
+    }
+    float4* U4 = reinterpret_cast<float4*>(p.ws.u + base * C * V);
 #pragma unroll
-      for (int mt = 0; mt < V / 16; ++mt) {
-        U4[(mt >> 2) * 1024 + t0 * 128 + (mt & 3) * 32 + lane] =
-            make_float4(acc[mt][0][0], acc[mt][0][1], acc[mt][0][2], acc[mt][0][3]);
-        U4[(mt >> 2) * 1024 + t1 * 128 + (mt & 3) * 32 + lane] =
-            make_float4(acc[mt][1][0], acc[mt][1][1], acc[mt][1][2], acc[mt][1][3]);
-      }
+    for (int mt = 0; mt < V / 16; ++mt) {
+      U4[(mt >> 2) * 1024 + t0 * 128 + (mt & 3) * 32 + lane] =
+          make_float4(acc[mt][0][0], acc[mt][0][1], acc[mt][0][2], acc[mt][0][3]);
+      U4[(mt >> 2) * 1024 + t1 * 128 + (mt & 3) * 32 + lane] =
+          make_float4(acc[mt][1][0], acc[mt][1][1], acc[mt][1][2], acc[mt][1][3]);
     }
   }
 }
@@ -1349,21 +1281,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
-  if (env_is("GDN_WYTC_CHUNK", "v7h")) return 10;     // v7 per value head (before v7k)
-  if (env_is("GDN_WYTC_CHUNK", "v7k")) return 11;     // v7's key-head form where it applies
-  if (env_is("GDN_WYTC_CHUNK", "v7kneg")) return 12;  // the same with its negative control
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
-}
-
-// The key-head form of the v7 chunk kernel (kG = HV / HK value heads per block): K = V = 128
-// (the only instantiation), 2 or 3 value heads per key head (4 would not fit 4 blocks per SM),
-// and the exact workspace format (one Q / K^T tile per key head). Variant 7 (the default), 11
-// (forced) and 12 (its negative control) take it where it applies; 8, 9, 10 never do.
-int key_head_group(const Problem& pr, int chunk_v, bool exact_ws) {
-  if (chunk_v != 7 && chunk_v != 11 && chunk_v != 12) return 1;
-  if (!exact_ws || pr.K != 128 || pr.V != 128 || pr.HK <= 0 || pr.HV % pr.HK != 0) return 1;
-  const int g = static_cast<int>(pr.HV / pr.HK);
-  return g == 2 || g == 3 ? g : 1;
 }
 
 template <int K, int V>
@@ -1393,7 +1311,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const int chunk_v = chunk_variant(pr, a);
   const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
-  const int kgroup = key_head_group(pr, chunk_v, exact_ws);  // value heads per chunk block
   // Overlapped passes (see below): one sequence, the v9 state pass, and state blocks that leave
   // at least half of the SMs to the chunk kernels (or, from 512 chunks, that fit in one wave:
   // below); segments of >= 16 chunks, at most 8. By
@@ -1500,35 +1417,15 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     const dim3 grid(static_cast<unsigned>(c1 - c0), static_cast<unsigned>(pr.HV));
     if (v7_chunk) {
-      const int negctl = chunk_v == 8 || chunk_v == 12 ? 1 : 0;
-      auto go = [&](auto kern, std::size_t smem = ChunkSmemV7<K, V>::bytes,
-                    unsigned grid_y = 0) -> Status {
+      auto go = [&](auto kern) -> Status {
+        constexpr std::size_t smem = ChunkSmemV7<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-        const dim3 gr(grid.x, grid_y ? grid_y : grid.y);
-        kern<<<gr, Cfg::kThreads, smem, stream>>>(cp, negctl);
+        kern<<<grid, Cfg::kThreads, smem, stream>>>(cp, chunk_v == 8 ? 1 : 0);
         GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v7");
         return Status::Ok();
       };
       Status ls;
-      if constexpr (K == 128 && V == 128) {
-        if (kgroup > 1) {
-          // One block per (chunk, key head): grid.y = HK.
-          auto go_g = [&](auto kg) -> Status {
-            constexpr int G = decltype(kg)::value;
-            const std::size_t smem = ChunkSmemV7<K, V, G>::bytes;
-            const auto hk = static_cast<unsigned>(pr.HK);
-            if (a.beta.dtype == DType::bf16)
-              return pr.qk_l2norm
-                         ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, G>, smem, hk)
-                         : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, G>, smem, hk);
-            return pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true, G>, smem, hk)
-                                : go(wy_tc_chunk_kernel_v7<float, K, V, false, true, G>, smem, hk);
-          };
-          return kgroup == 2 ? go_g(std::integral_constant<int, 2>{})
-                             : go_g(std::integral_constant<int, 3>{});
-        }
-      }
       if (chunk_v == 9) {
         if (a.beta.dtype == DType::bf16)
           ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, false>)
