@@ -186,6 +186,7 @@ struct Scheme {
   Fmt os_Q = Fmt::f32, os_S = Fmt::f32;
   Fmt op_P = Fmt::f32, op_Vn = Fmt::f32;
   Fmt st_K = Fmt::f32, st_Vn = Fmt::f32;
+  Fmt u_st = Fmt::f32;  // U as stored between the passes (rounded once to this format)
   bool o_bf16 = true;  // round o to bf16 (the arm's output dtype)
   // With in-kernel l2norm: store the normalised q, k as bf16 and use them as the tiles (what
   // fla / FlashQLA's l2norm kernels do) instead of exact tiles with fp32 1/|q|, 1/|k| scalings.
@@ -263,7 +264,7 @@ inline const Scheme* find_scheme(const std::vector<Scheme>& v, const std::string
 
 // A scheme from a spec "NAME=BASE:fold=fmt+fold=fmt..." (BASE one of `known`), e.g.
 // "Bw=B:wu_T=fp16x2+x_W=fp16x2". Folds: kk_in wu_T wu_in x_W x_S os_Q os_S op_P op_Vn st_K
-// st_Vn, o=f32 (no bf16 rounding of o), qkn=bf16 (normalised q, k stored as bf16 tiles).
+// st_Vn u_st, o=f32 (no bf16 rounding of o), qkn=bf16 (normalised q, k stored as bf16 tiles).
 // Returns false on a malformed spec.
 inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& known, Scheme* out) {
   const auto eq = spec.find('='), colon = spec.find(':');
@@ -294,7 +295,8 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
     Fmt* slot = key == "kk_in" ? &s.kk_in : key == "wu_T" ? &s.wu_T : key == "wu_in" ? &s.wu_in
               : key == "x_W" ? &s.x_W : key == "x_S" ? &s.x_S : key == "os_Q" ? &s.os_Q
               : key == "os_S" ? &s.os_S : key == "op_P" ? &s.op_P : key == "op_Vn" ? &s.op_Vn
-              : key == "st_K" ? &s.st_K : key == "st_Vn" ? &s.st_Vn : nullptr;
+              : key == "st_K" ? &s.st_K : key == "st_Vn" ? &s.st_Vn
+              : key == "u_st" ? &s.u_st : nullptr;
     if (!slot) return false;
     *slot = f;
   }
@@ -412,6 +414,11 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
     std::fill(U.begin(), U.begin() + L * V, 0.f);
     mm(oTw, okw, W.data());
     mm(oTu, ov, U.data());
+    if (sc.u_st != Fmt::f32)  // U stored rounded once (a split format: hi + rounded lo)
+      for (int i = 0; i < L * V; ++i) {
+        const float hi = round_to(sc.u_st, U[i]);
+        U[i] = is_split(sc.u_st) ? hi + round_to(sc.u_st, U[i] - hi) : hi;
+      }
     st[kOpU].add(U.data(), L * V);
     // State pass. X = W S; Vn = U - X.
     make_operand(sc.x_W, W.data(), L, K, &oW, &st[kOpW]);
