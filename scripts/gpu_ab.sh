@@ -41,7 +41,7 @@ done
 if [[ -n ${GDN_PROFILE_CASES:-} ]]; then
   mkdir -p "$OUT/logs/profile"
   OUT=$OUT/logs/profile timeout 300 bash scripts/gpu_profile.sh > "$OUT/logs/profile.log" 2>&1
-  grep -E "^== |Duration|Registers Per|Achieved Occupancy|Throughput|Executed Ipc A" \
+  grep -E "^== |Duration|Registers Per|Achieved Occupancy|Throughput|Executed Ipc A|Executed Instructions  " \
     "$OUT/logs/profile.log" >> "$OUT/ab.txt"
 fi
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null

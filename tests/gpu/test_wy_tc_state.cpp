@@ -323,6 +323,87 @@ TEST(WyTcState, HalfSchemePassesOracleAndDiffersFromSplit) {
   }
 }
 
+// Two state blocks per SM (the v9 half pass with one buffer per tile set, GDN_WYTC_STATE2=1,
+// wy_tc_state_wg9.cuh): the same products in the same order as the two-buffer pass, so o and hT
+// equal it (GDN_WYTC_STATE2=0) bit for bit, on every state case (half forced, so the fp32-out
+// instantiation runs too) and on a many-sequence case (24 sequences x 6 value heads x 2 slices =
+// 288 state blocks, more than an H200's 132 SMs), where the default picks the one-buffer kernel
+// on its own and passes the fp64 oracle. Negative controls: GDN_WYTC_STATE2=negctl sets the
+// wrong-tiles W^T fold in the one-buffer launch only, so o differs only if that kernel ran;
+// =negauto sets it only where the default rule picks that kernel: o must differ exactly on the
+// cases with more state blocks than SMs (the rule, observed).
+TEST(WyTcState, TwoBlocksPerSmEqualOneBufferPair) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  testutil::ScopedEnv half_env("GDN_WYTC_PRECISION", "half");
+  std::vector<StateCase> cs = cases();
+  {
+    std::vector<int> lens;
+    for (int i = 0; i < 24; ++i) lens.push_back(i == 5 ? 0 : 1 + (i * 97) % 300);
+    check::CaseSpec s = testutil::spec_of(lens, 2, 6, 128, 128);
+    s.h0 = true;
+    s.decay = check::Decay::slow;
+    cs.push_back({"many24_HK2_HV6_K128_V128_bf16_h0", s});
+  }
+  int sms = 0, dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  int seed = 500;
+  for (const StateCase& sc : cs) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    check::ArmOutput one, two, dflt, bad;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE2", "0");
+      two = check::run_arm(Arm::wy_tc, c, true);
+    }
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE2", "1");
+      one = check::run_arm(Arm::wy_tc, c, true);
+    }
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE2", "negctl");
+      bad = check::run_arm(Arm::wy_tc, c, true);
+    }
+    dflt = check::run_arm(Arm::wy_tc, c, true);
+    check::ArmOutput rule;
+    {
+      testutil::ScopedEnv env("GDN_WYTC_STATE2", "negauto");
+      rule = check::run_arm(Arm::wy_tc, c, true);
+    }
+    ASSERT_TRUE(one.status.ok() && two.status.ok() && bad.status.ok() && dflt.status.ok())
+        << one.status.message() << two.status.message() << bad.status.message()
+        << dflt.status.message();
+    const std::size_t d_o = count_differ(one.o, two.o), d_s = count_differ(one.hT, two.hT);
+    const std::size_t bad_o = count_differ(bad.o, two.o);
+    const int blocks = static_cast<int>(c.cu_seqlens.size() - 1) * c.prob.HV * (c.prob.V / 64);
+    const bool dflt_dual = blocks > sms;
+    const std::size_t d_dflt = count_differ(dflt.o, one.o) + count_differ(dflt.hT, one.hT);
+    std::printf("wy-tc two blocks per SM %s (%d state blocks, %d SMs): %zu of %zu o, %zu of %zu "
+                "state differ from the buffer pair; negative control: %zu o differ; default vs "
+                "two per SM: %zu o differ\n",
+                sc.name, blocks, sms, d_o, one.o.size(), d_s, one.hT.size(), bad_o, one.o.size(),
+                d_dflt);
+    EXPECT_EQ(d_o, 0u);
+    EXPECT_EQ(d_s, 0u);
+    EXPECT_GT(bad_o, one.o.size() / 4) << "the negative control did not change o: the one-buffer "
+                                          "kernel did not run";
+    EXPECT_EQ(d_dflt, 0u);
+    const std::size_t rule_o = count_differ(rule.o, two.o);
+    std::printf("  default rule (negauto): %zu o differ, expected %s\n", rule_o,
+                dflt_dual ? "many (one-buffer kernel)" : "none (buffer pair)");
+    if (dflt_dual) EXPECT_GT(rule_o, one.o.size() / 4) << "the default did not pick two per SM";
+    else EXPECT_EQ(rule_o, 0u) << "the default picked two per SM with blocks <= SMs";
+    if (dflt_dual) {
+      const check::Oracle ref = check::ref_serial(c);
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc two blocks per SM %s (default): o %.3e state %.3e (bound %.3e / %.3e)\n",
+                  sc.name, r.o.rel_rms, r.state.rel_rms, r.bound.o, r.bound.state);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+    }
+  }
+}
+
 // Inputs outside the half scheme's domain (|h0| up to ~4e5 > kWyTcHalfMaxV, beyond fp16's 65504):
 // with check_values on (run_arm's default) the value scan sees them and the arm runs the split
 // scheme, which passes the oracle. Negative control: the half scheme forced on the same inputs

@@ -103,6 +103,14 @@ __device__ __forceinline__ std::uint32_t pack_f16(float lo_idx, float hi_idx) {
 __device__ __forceinline__ std::uint32_t bf16x2_to_f16x2(std::uint32_t w) {
   return pack_f16(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
+// 2^x by one MUFU.EX2 (ex2.approx.ftz.f32: relative error <= 2^-22 for the normal range, results
+// below 2^-126 flushed to zero). exp(x) = ex2_approx(x * log2 e) is CUDA's __expf without the
+// input scaling that __expf adds for subnormal results.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 // x = hi + lo, both bf16; returns the residual that lo represents.
 __device__ __forceinline__ float bf16_residual(float x) {
   return x - __bfloat162float(__float2bfloat16_rn(x));
@@ -890,14 +898,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   const TBeta* beta = static_cast<const TBeta*>(p.beta);
 
   // q, k tiles: 16-byte pieces, rows past the chunk's length zero-filled (g = 0, beta = 0 there).
+  // Thread tid takes piece tid % PK of rows tid / PK + kStep it (the pieces i = tid + 128 it of a
+  // loop over C * PK), its global addresses advanced by a precomputed row step (no 64-bit
+  // multiply per piece); rows past the length read row 0's address, zero-filled.
   {
-    constexpr int PK = K / 8;  // 16-byte pieces per row
-    for (int i = tid; i < C * PK; i += Cfg::kThreads) {
-      const int r = i / PK, c = (i % PK) * 8;
+    constexpr int PK = K / 8, kStep = Cfg::kThreads / PK;  // 16-byte pieces per row
+    static_assert(Cfg::kThreads % PK == 0 && C % kStep == 0, "whole rows per pass");
+    const int r0 = tid / PK, c = (tid % PK) * 8;
+    const __nv_bfloat16* const k0 = k + tok0 * p.k_st + kh * p.k_sh + c;
+    const __nv_bfloat16* const q0 = q + tok0 * p.q_st + kh * p.q_sh + c;
+    const __nv_bfloat16* kr = k0 + r0 * p.k_st;
+    const __nv_bfloat16* qr = q0 + r0 * p.q_st;
+    const std::int64_t kst = kStep * p.k_st, qst = kStep * p.q_st;
+#pragma unroll
+    for (int it = 0; it < C / kStep; ++it, kr += kst, qr += qst) {
+      const int r = r0 + it * kStep;
       const bool ok = r < len;
-      const std::int64_t t = tok0 + (ok ? r : 0);
-      cp_async16_zfill(sK + r * LB + c, k + t * p.k_st + kh * p.k_sh + c, ok);
-      cp_async16_zfill(sQ + r * LB + c, q + t * p.q_st + kh * p.q_sh + c, ok);
+      cp_async16_zfill(sK + r * LB + c, ok ? kr : k0, ok);
+      cp_async16_zfill(sQ + r * LB + c, ok ? qr : q0, ok);
     }
     cp_async_commit();
   }
@@ -992,21 +1010,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
         }
       }
     }
-    std::uint32_t* Ph = p.ws.ph + base * C * C / 2;
-    std::uint32_t* Pl = p.ws.pl + base * C * C / 2;
+    // The thread's words of P: ws_word<C>(m0 + acc_row(e), acc_col(nt, e)) = at0 + nt * C * 4 +
+    // (e >> 1) * 32, at0 = ws_word<C>(m0 + gid, 2 tig) (rows m0 + gid + 8 (e >> 1): row block
+    // 2 warp + (e >> 1); columns nt * 8 + 2 tig: column block nt), so every store below has a
+    // constant offset from one pointer.
+    const int at0 = ws_word<C>(m0 + gid, 2 * tig);
+    std::uint32_t* Ph = p.ws.ph + base * C * C / 2 + at0;
+    std::uint32_t* Pl = p.ws.pl + base * C * C / 2 + at0;
+    // The thread's two rows (e = 0, 2): G_i log2 e, beta_i / |k_i|, scale / |q_i|, read once (the
+    // sA stores below would otherwise make the compiler re-read them per element).
+    constexpr float kLog2e = 1.4426950408889634f;
+    float gi2[2], ri2[2], rq2[2];
 #pragma unroll
-    for (int nt = 0; nt < C / 8; ++nt)
+    for (int r = 0; r < 2; ++r) {
+      const int i = m0 + acc_row(2 * r);
+      gi2[r] = sG[i], ri2[r] = sB[i] * sRk[i], rq2[r] = p.scale * sRq[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < C / 8; ++nt) {
+      const int j = acc_col(nt, 0);  // even: the pair j, j + 1
+      const float2 gj = nt < ntiles ? *reinterpret_cast<const float2*>(sG + j) : float2{};
+      const float2 rkj = nt < ntiles ? *reinterpret_cast<const float2*>(sRk + j) : float2{};
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int i = m0 + acc_row(e), j = acc_col(nt, e);
-        const int at = ws_word<C>(i, j);
+        const int i = m0 + acc_row(e);
+        const int at = nt * C * 4 + (e >> 1) * 32;
         if (nt < ntiles) {
-          // The gate exponent is masked before the exp (G_i - G_j > 0 above the diagonal).
-          const float gi = sG[i], ri = sB[i] * sRk[i], rq = p.scale * sRq[i];
-          const float c0 = i >= j ? expf(gi - sG[j]) * sRk[j] : 0.f;
-          const float c1 = i >= j + 1 ? expf(gi - sG[j + 1]) * sRk[j + 1] : 0.f;
-          sA[i * LA + j] = i > j ? ri * akk[nt][e] * c0 : 0.f;
-          sA[i * LA + j + 1] = i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f;
+          // exp(G_i - G_j) = 2^((G_i - G_j) log2 e) by one ex2.approx: relative error
+          // <= 2^-22 + |G_i - G_j| 2^-24 (the product's rounding), an fp32-level error like
+          // expf's (docs/bounds.md). expf's accurate path and its branches cost ~18
+          // instructions per element, this 3. Computed for every element and masked after:
+          // above the diagonal (G_i - G_j > 0) it may overflow to inf, which the selects drop.
+          const float gi = gi2[e >> 1], ri = ri2[e >> 1], rq = rq2[e >> 1];
+          const float e0 = ex2_approx((gi - gj.x) * kLog2e) * rkj.x;
+          const float e1 = ex2_approx((gi - gj.y) * kLog2e) * rkj.y;
+          const float c0 = i >= j ? e0 : 0.f, c1 = i >= j + 1 ? e1 : 0.f;
+          *reinterpret_cast<float2*>(sA + i * LA + j) =
+              make_float2(i > j ? ri * akk[nt][e] * c0 : 0.f,
+                          i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f);
           const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
           const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
           if (p.half_ws) Ph[at] = pack_f16(x0, x1);
@@ -1016,6 +1057,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
           if (!p.half_ws) Pl[at] = 0u;
         }
       }
+    }
   }
   // Qs as v6: piece (row r, 8 kb .. 8 kb + 7) of the ws_word<C> order is one 16-byte row segment
   // of the q tile, the warp's own rows.
@@ -1083,12 +1125,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
 
   // The v tile into the bytes of A (zero-filled past the chunk's length); lands while W is formed.
   {
-    constexpr int PV = V / 8;
-    for (int i = tid; i < C * PV; i += Cfg::kThreads) {
-      const int r = i / PV, c = (i % PV) * 8;
+    constexpr int PV = V / 8, kStep = Cfg::kThreads / PV;  // as the q, k tiles
+    static_assert(Cfg::kThreads % PV == 0 && C % kStep == 0, "whole rows per pass");
+    const int r0 = tid / PV, c = (tid % PV) * 8;
+    const __nv_bfloat16* const v0 = v + tok0 * p.v_st + h * p.v_sh + c;
+    const __nv_bfloat16* vr = v0 + r0 * p.v_st;
+    const std::int64_t vst = kStep * p.v_st;
+#pragma unroll
+    for (int it = 0; it < C / kStep; ++it, vr += vst) {
+      const int r = r0 + it * kStep;
       const bool ok = r < len;
-      const std::int64_t t = tok0 + (ok ? r : 0);
-      cp_async16_zfill(sV + r * LBV + c, v + t * p.v_st + h * p.v_sh + c, ok);
+      cp_async16_zfill(sV + r * LBV + c, ok ? vr : v0, ok);
     }
     cp_async_commit();
   }
@@ -1134,18 +1181,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
         }
       }
     }
-    std::uint32_t* Wh = p.ws.wh + base * C * K / 2;
-    std::uint32_t* Wl = p.ws.wl + base * C * K / 2;
 #pragma unroll
-    for (int s = 0; s < 2; ++s)
+    for (int s = 0; s < 2; ++s) {
+      // ws_word<C>(16 mt + acc_row(e), n0 + acc_col(nt, e)) = ws_word<C>(16 mt + gid, n0 + 2 tig)
+      // + nt * C * 4 + (e >> 1) * 32 (column block n0 / 8 + nt, row block 2 mt + (e >> 1)):
+      // constant offsets from one pointer per row tile.
+      const int at0 = ws_word<C>(16 * (s ? mt1 : mt0) + gid, n0 + 2 * tig);
+      std::uint32_t* Wh = p.ws.wh + base * C * K / 2 + at0;
+      std::uint32_t* Wl = p.ws.wl + base * C * K / 2 + at0;
 #pragma unroll
       for (int nt = 0; nt < NH; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
-          const int at = ws_word<C>(16 * (s ? mt1 : mt0) + acc_row(e), n0 + acc_col(nt, e));
+          const int at = nt * C * 4 + (e >> 1) * 32;
           if (p.half_ws) Wh[at] = pack_f16(acc[s][nt][e], acc[s][nt][e + 1]);
           else split_pair(acc[s][nt][e], acc[s][nt][e + 1], Wh[at], Wl[at]);
         }
+    }
   }
   cp_async_wait<0>();
   __syncthreads();  // barrier 5: the v tile
@@ -1482,6 +1534,21 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  // Two state blocks per SM (v9, half tiles, one buffer per tile set: 89.5 KiB at K = V = 128,
+  // wy_tc_state_wg9.cuh) where the state blocks take more than one wave of one block per SM
+  // (many sequences) and the overlap does not run: each block then waits for its own tile loads
+  // while the SM's other block computes. GDN_WYTC_STATE2=0 keeps one block per SM, =1 forces two
+  // (tests, A/B), =negctl forces two with the W^T fold on the wrong tiles in that kernel only
+  // (negative control: proves the one-buffer kernel is the one that ran), =negauto keeps the
+  // default rule and sets that fold only if the rule picked the one-buffer kernel (tests of the
+  // rule).
+  using SmDual = StateSmemWg<K, V, true, true, 1>;
+  constexpr bool kDualFits = 2 * (SmDual::bytes + 2048) <= 228 * 1024;
+  const bool dual_negctl = env_is("GDN_WYTC_STATE2", "negctl") ||
+                           env_is("GDN_WYTC_STATE2", "negauto");
+  const bool dual = kDualFits && v9 && half &&
+                    (env_is("GDN_WYTC_STATE2", "1") || env_is("GDN_WYTC_STATE2", "negctl") ||
+                     (!overlap && state_blocks > sms && !env_is("GDN_WYTC_STATE2", "0")));
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
@@ -1495,6 +1562,15 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    if constexpr (kDualFits) {
+      if (dual) {
+        auto kern = wy_tc_state_kernel_wg9<TOut, K, V, true, 1>;
+        GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          cudaSharedmemCarveoutMaxShared));
+        if (dual_negctl) spp.wg_negctl = true;
+        return go(kern, SmDual::bytes, "wy_tc_state_kernel_wg9 (half, two per SM) launch");
+      }
+    }
     if (v9 && half)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
                 "wy_tc_state_kernel_wg9 (half) launch");
