@@ -1534,21 +1534,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
-  // Two state blocks per SM (v9, half tiles, one buffer per tile set: 89.5 KiB at K = V = 128,
-  // wy_tc_state_wg9.cuh) where the state blocks take more than one wave of one block per SM
-  // (many sequences) and the overlap does not run: each block then waits for its own tile loads
-  // while the SM's other block computes. GDN_WYTC_STATE2=0 keeps one block per SM, =1 forces two
-  // (tests, A/B), =negctl forces two with the W^T fold on the wrong tiles in that kernel only
-  // (negative control: proves the one-buffer kernel is the one that ran), =negauto keeps the
-  // default rule and sets that fold only if the rule picked the one-buffer kernel (tests of the
-  // rule).
-  using SmDual = StateSmemWg<K, V, true, true, 1>;
-  constexpr bool kDualFits = 2 * (SmDual::bytes + 2048) <= 228 * 1024;
-  const bool dual_negctl = env_is("GDN_WYTC_STATE2", "negctl") ||
-                           env_is("GDN_WYTC_STATE2", "negauto");
-  const bool dual = kDualFits && v9 && half &&
-                    (env_is("GDN_WYTC_STATE2", "1") || env_is("GDN_WYTC_STATE2", "negctl") ||
-                     (!overlap && state_blocks > sms && !env_is("GDN_WYTC_STATE2", "0")));
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
@@ -1562,15 +1547,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    if constexpr (kDualFits) {
-      if (dual) {
-        auto kern = wy_tc_state_kernel_wg9<TOut, K, V, true, 1>;
-        GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          cudaSharedmemCarveoutMaxShared));
-        if (dual_negctl) spp.wg_negctl = true;
-        return go(kern, SmDual::bytes, "wy_tc_state_kernel_wg9 (half, two per SM) launch");
-      }
-    }
     if (v9 && half)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
                 "wy_tc_state_kernel_wg9 (half) launch");

@@ -115,23 +115,14 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // fp16; W, Q fp16 tiles), OP = Vn^T P^T one fp16 product (Vn^T rounded once); ST unchanged (Vn^T
 // diag(ed) split bf16 hi + lo times the exact bf16 K). 9 units of 64^3 MACs per chunk instead of
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
-//
-// kNbuf (buffers per tile set): 2, the pipelined loads above (tiles of chunk c + 2 land while c
-// runs); or 1 for two blocks per SM (many sequences: more state blocks than SMs). With one
-// buffer the same code issues chunk c + 1's tiles A after OS(c) and tiles B at the top of
-// iteration c + 1 (each once the previous chunk's readers are done, as with two buffers), so
-// each block waits for its own loads, and the SM's other block runs in that time. Same products
-// in the same order: o and hT equal the two-buffer pass bit for bit (test
-// WyTcState.TwoBlocksPerSmEqualOneBufferPair).
-template <typename TOut, int K, int V, bool kHalf = false, int kNbuf = 2>
-__global__ void __launch_bounds__(SCfg::kThreads, kNbuf == 1 ? 2 : 1)
-    wy_tc_state_kernel_wg9(StateParams p) {
+template <typename TOut, int K, int V, bool kHalf = false>
+__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
-  using Sm = StateSmemWg<K, V, true, kHalf, kNbuf>;
+  using Sm = StateSmemWg<K, V, true, kHalf>;
   constexpr int NBUF = Sm::NBUF;
-  static_assert(NBUF == 1 || NBUF == 2, "buffer = chunk index mod NBUF");
+  static_assert(NBUF == 2, "buffer = chunk parity");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
   static_assert(Sm::bytes + 1024 <= (1u << 18), "descriptor start fields add without carry");
   extern __shared__ __align__(128) unsigned char smem_wg[];
@@ -213,8 +204,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, kNbuf == 1 ? 2 : 1)
   for (int cg = c_begin; cg < c_end; ++cg) {
     const float gc_next = gc_of(cg + 1);
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-    const int it = cg - c_begin, b = NBUF == 1 ? 0 : it & 1;
-    const unsigned parity = (NBUF == 1 ? it : it >> 1) & 1;
+    const int it = cg - c_begin, b = it & 1;
+    const unsigned parity = (it >> 1) & 1;
     // This chunk's buffer: descriptor low words of its tile bases.
     const unsigned dA = d0 + b * (Sm::kStrideA >> 4);
     const unsigned dB = d0 + (Sm::oB >> 4) + b * (Sm::kStrideB >> 4);

@@ -145,13 +145,11 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 // previous chunk. Half format (kHalf, kExact too; Workspace::half_ws): no W lo, P lo tiles (oWl, oPl
 // unused): A = W, Q (fp16), U slice, eq (48.25 KiB); B = P (fp16), K^T, ed (24.25 KiB).
 // Every tile 128-byte aligned.
-// kNbuf: buffers per tile set; 0 = the default (2 for the exact format, 1 otherwise). The v9 pass
-// also runs with 1 buffer (89.5 KiB with the half tiles: two blocks per SM, wy_tc_state_wg9.cuh).
-template <int K, int V, bool kExact, bool kHalf = false, int kNbuf = 0> struct StateSmemWg {
+template <int K, int V, bool kExact, bool kHalf = false> struct StateSmemWg {
   static_assert(kExact || !kHalf, "the half format is an exact format");
   static constexpr bool kHalfFmt = kHalf;
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
-  static constexpr int NBUF = kNbuf > 0 ? kNbuf : kExact ? 2 : 1;
+  static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
   static constexpr int kU = C * VS * 4;  // bytes of the block's U slice (ws_u order)
