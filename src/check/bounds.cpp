@@ -28,6 +28,12 @@ namespace gdn::check {
 namespace {
 
 constexpr double kF32 = 0x1.0p-24, kBF16 = 0x1.0p-8, kF16 = 0x1.0p-11, kSplit = 0x1.0p-16;
+// wy-tc's solve (since session 11): diagonal 16 x 16 blocks in fp32 FFMA, the off-diagonal row
+// blocks as 3xTF32 tensor-core products (wy_tc.cu, solve_row_block): x = big + small, big = x
+// rounded to tf32 (|x - big| <= 2^-11 |x|), small = x - big exact and read by the mma as tf32
+// (<= 2^-10 |small| <= 2^-21 |x|), small * small dropped (<= 2^-22 |x y|): in quadrature (as every
+// fold here) sqrt(2 (2^-21)^2 + (2^-22)^2) = 1.5 2^-21 <= 2^-20 per product (docs/bounds.md).
+constexpr double kSolve3xTF32 = 0x1.0p-20;
 constexpr double kSqrt2 = 1.4142135623730951;  // two operands of one fold rounded alike
 
 // THE per-arm fold-precision table. Columns: arm, scheme, C, u_acc, u_kk, u_wu, u_x, u_st, u_os,
@@ -52,9 +58,9 @@ const FoldPrecision kTable[] = {
     //   u_os  kSplit        S split, Q exact (f32 io: split)
     //   u_op  sqrt2 kSplit  P split, Vn split
     {Arm::wy_tc, "split", 64, kF32, kSqrt2 * kSplit, kSplit, kSqrt2 * kSplit, kSplit, kSplit,
-     kSqrt2 * kSplit, kF32,
+     kSqrt2 * kSplit, kSolve3xTF32,
      "split hi+lo bf16 operands (2^-16 per operand) in every mma fold incl. the state; fp32 "
-     "accumulate and solve"},
+     "accumulate; solve fp32 / 3xTF32 (2^-20)"},
     // wy-tc, half scheme (bf16 io only: wy_tc_half_scheme; inside the fp16 domain |q|, |k| <=
     // kWyTcHalfMaxQK, |v|, |h0| <= kWyTcHalfMaxV). Operands single fp16 (u = 2^-11, normal
     // values) where the split was dropped; the chunk pass's T side and ST keep the bf16 split:
@@ -65,9 +71,10 @@ const FoldPrecision kTable[] = {
     //   u_os  2^-11         S^T fp16 single; Q = the bf16 q converted to fp16 (exact for
     //                       2^-17 <= |q| <= 65504; below 2^-17 an absolute 2^-25, negligible)
     //   u_op  sqrt2 2^-11   P = scale (Q K^T .* Gam) rounded once to fp16, Vn fp16 single
-    {Arm::wy_tc, "half", 64, kF32, 0, kSplit, kSqrt2 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
+    {Arm::wy_tc, "half", 64, kF32, 0, kSplit, kSqrt2 * kF16, kSplit, kF16, kSqrt2 * kF16,
+     kSolve3xTF32,
      "fp16 single W, S (X), S (OS), P, Vn (OP); split bf16 T side (W, U) and Vn (ST); exact "
-     "bf16 K K^T, Q K^T; fp32 accumulate and solve"},
+     "bf16 K K^T, Q K^T; fp32 accumulate; solve fp32 / 3xTF32 (2^-20)"},
 };
 
 double unit_roundoff(DType d) {

@@ -754,13 +754,13 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
 // ---- the chunk kernels' work layout (v6, docs/NOTES_wy_tc.md "v6 chunk kernel"; kept by v7) ----
 // Same workspace, same products and the same fold precision as v5; what changed is the work
 // layout:
-//   * X = (I + A)^-1 by blocks of 16, fp32 FFMA throughout (as v5's column solve): warp w inverts
-//     its diagonal block X_ww (solve_column on 16 columns); then, for row blocks I = 1..3,
-//     R_Ij = sum_{j <= k < I} A_Ik X_kj and X_Ij = -X_II R_Ij. Columns never interact, so warp w
-//     owns columns 16 j + 4 w .. 16 j + 4 w + 3 of every column block j and runs all of its chain
-//     with __syncwarp only (one barrier after the diagonal blocks, one when X is complete); every
-//     thread does 512 FMA instead of 2016 on half of the threads. Checked against plain forward
-//     substitution on the CPU (fp64 and an fp32 mirror of this code): same fp32 error level.
+//   * X = (I + A)^-1 by blocks of 16: warp w inverts its diagonal block X_ww (solve_column on 16
+//     columns, fp32 FFMA); then, for row blocks I = 1..3, R_Ij = sum_{j <= k < I} A_Ik X_kj and
+//     X_Ij = -X_II R_Ij. Columns never interact, so a warp owns a fixed set of columns and runs
+//     all of its chain with __syncwarp only (one barrier after the diagonal blocks, one when X
+//     is complete). v6 did the row blocks with fp32 FFMA (warp w: columns 16 j + 4 w .. + 3, 512
+//     FMA per thread); since session 11 they run on the tensor cores in 3xTF32
+//     (solve_row_block below).
 //   * W = Y K skips the k-steps above the diagonal (warp w: w + 1 of 4); U is formed transposed,
 //     U^T = V^T Xb^T (A = V^T exact by ldmatrix.trans, B = Xb^T split hi + lo, the same two mma
 //     per product as v5's U = Xb V), warp w owning the token n-tiles w and 7 - w (5 k-steps per
@@ -773,57 +773,102 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
 //   * 4 barriers (v5: 5), ~168 registers at most (3 blocks of 4 warps per SM; v5 used 186
 //     registers, which allowed only 2).
 
-// Row block I (1..3) of X for this warp's columns: lane = (row r = lane & 15, column pair h =
-// lane >> 4), columns 16 j + 4 warp + 2 h + {0, 1} for every column block j < I. sX: X so far
-// (diagonal blocks and row blocks < I), rows of stride LA; sA: A, same stride. R is staged in
-// place (the warp's own columns of row block I), then replaced by X_Ij = -X_II R_Ij.
+// Row block I (1..3) of X on the tensor cores (session 11; the v6 form did it with fp32 FFMA,
+// 512 per thread, 22% of the v7 kernel's instructions in r45). For this warp's n-tiles t of 8
+// columns, R_It = sum_{j <= kb < I} A_{I,kb} X_{kb,t} (j = t / 2: X_{kb,t} = 0 for kb < j), staged
+// in place, then X_It = -X_II R_It. mma.sync m16n8k8 tf32 with both operands split x = big + small
+// and three products small*big + big*small + big*big ("3xTF32"). big is x rounded to tf32 (to
+// nearest, ties away: + half an ulp, then the low 13 bits cleared: two integer instructions; the
+// cvt.rna.tf32 instruction is emulated on sm_90, ~6 instructions); small = x - big is exact in
+// fp32 and goes to the mma as it is, which reads it as a tf32 value (low 13 bits dropped or
+// rounded: an error <= 2^-10 |small| <= 2^-21 |x|). With the dropped small*small (<= 2^-22 |x y|)
+// a product's error is <= ~2^-20 relative: u_solve in docs/bounds.md. Warp w owns n-tiles w and
+// 7 - w: tile t takes part in the row blocks I > t / 2, which balances the k-blocks per warp at
+// every step (I = 3: 3, 3, 2 + 1, 2 + 1). Columns never interact, so as before a warp's chain
+// needs __syncwarp only. sX holds the diagonal blocks (solve_column: full 16 x 16, zeros above
+// the diagonal) and the row blocks < I; sA holds A; both rows of stride LA (16-byte aligned rows:
+// ldmatrix reads 4 fp32 as one 8 x 8 b16 row, the tf32 A fragment's layout).
+__device__ __forceinline__ void split_tf32(float x, std::uint32_t& big, std::uint32_t& small) {
+  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  small = __float_as_uint(x - __uint_as_float(big));
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4],
+                                         const std::uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// The 16 x 8 A operand by ldmatrix at a_addr, split.
+__device__ __forceinline__ void tf32_a(std::uint32_t (&ab)[4], std::uint32_t (&as)[4],
+                                       unsigned a_addr) {
+  std::uint32_t a[4];
+  ldsm_x4_a(a, a_addr);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) split_tf32(__uint_as_float(a[e]), ab[e], as[e]);
+}
+// d += A B (3xTF32), B (8 x 8) = rows tig, tig + 4 of column gid of a row-major fp32 tile: b_lane
+// points at the lane's element of row tig.
+template <int LA>
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const std::uint32_t (&ab)[4],
+                                           const std::uint32_t (&as)[4], const float* b_lane) {
+  std::uint32_t bb[2], bs[2];
+  split_tf32(b_lane[0], bb[0], bs[0]);
+  split_tf32(b_lane[4 * LA], bb[1], bs[1]);
+  mma_tf32(d, as, bb);
+  mma_tf32(d, ab, bs);
+  mma_tf32(d, ab, bb);
+}
 template <int I, int LA>
 __device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int warp, int lane) {
-  const int r = lane & 15, cw = 4 * warp + 2 * (lane >> 4), row = 16 * I + r;
-  float2 acc[I];
+  const int gid = lane >> 2, tig = lane & 3;
+  // ldmatrix .x4 rows: lane L gives row (L & 7) + 8 ((L >> 3) & 1), fp32 column 4 (L >> 4) of the
+  // 16 x 8 A tile (matrices: rows 0-7 / 8-15 x columns 0-3 / 4-7 = a0, a1, a2, a3).
+  const int lr = (lane & 7) + 8 * ((lane >> 3) & 1), lc = 4 * (lane >> 4);
+  const unsigned aA = smem_addr(sA + (16 * I + lr) * LA + lc);           // + kk floats
+  const unsigned aD = smem_addr(sX + (16 * I + lr) * LA + 16 * I + lc);  // X_II, + 8 k8 floats
+  const int tile[2] = {warp, 7 - warp};
+  const bool on[2] = {tile[0] < 2 * I, tile[1] < 2 * I};  // warp-uniform
+  float r[2][4] = {};
 #pragma unroll
-  for (int j = 0; j < I; ++j) acc[j] = make_float2(0.f, 0.f);
+  for (int kb = 0; kb < I; ++kb) {
+    const bool use0 = on[0] && kb >= tile[0] / 2, use1 = on[1] && kb >= tile[1] / 2;
+    if (!use0 && !use1) continue;  // X_{kb,t} = 0 above the diagonal block
 #pragma unroll
-  for (int kb = 0; kb < I; ++kb)
-#pragma unroll
-    for (int k4 = 0; k4 < 16; k4 += 4) {
-      const float4 a4 = *reinterpret_cast<const float4*>(sA + row * LA + 16 * kb + k4);
-      const float av[4] = {a4.x, a4.y, a4.z, a4.w};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int k = 16 * kb + k4 + q;
-#pragma unroll
-        for (int j = 0; j <= kb; ++j) {  // X[k][c] = 0 for column blocks j > kb
-          const float2 x = *reinterpret_cast<const float2*>(sX + k * LA + 16 * j + cw);
-          acc[j].x = fmaf(av[q], x.x, acc[j].x);
-          acc[j].y = fmaf(av[q], x.y, acc[j].y);
-        }
-      }
+    for (int k8 = 0; k8 < 2; ++k8) {
+      const int kk = 16 * kb + 8 * k8;
+      std::uint32_t ab[4], as[4];
+      tf32_a(ab, as, aA + 4 * kk);  // A_{I,kb}, shared by the warp's tiles
+      if (use0) mma_3xtf32<LA>(r[0], ab, as, sX + (kk + tig) * LA + 8 * tile[0] + gid);
+      if (use1) mma_3xtf32<LA>(r[1], ab, as, sX + (kk + tig) * LA + 8 * tile[1] + gid);
     }
+  }
 #pragma unroll
-  for (int j = 0; j < I; ++j) *reinterpret_cast<float2*>(sX + row * LA + 16 * j + cw) = acc[j];
+  for (int s = 0; s < 2; ++s)
+    if (on[s]) {
+      float* o = sX + (16 * I + gid) * LA + 8 * tile[s] + 2 * tig;
+      *reinterpret_cast<float2*>(o) = make_float2(r[s][0], r[s][1]);
+      *reinterpret_cast<float2*>(o + 8 * LA) = make_float2(r[s][2], r[s][3]);
+    }
   __syncwarp();
+  float x[2][4] = {};
 #pragma unroll
-  for (int j = 0; j < I; ++j) acc[j] = make_float2(0.f, 0.f);
+  for (int k8 = 0; k8 < 2; ++k8) {
+    std::uint32_t ab[4], as[4];
+    tf32_a(ab, as, aD + 4 * 8 * k8);  // X_II
 #pragma unroll
-  for (int m4 = 0; m4 < 16; m4 += 4) {
-    const float4 d4 = *reinterpret_cast<const float4*>(sX + row * LA + 16 * I + m4);  // X_II row
-    const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int m = 16 * I + m4 + q;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        const float2 rr = *reinterpret_cast<const float2*>(sX + m * LA + 16 * j + cw);
-        acc[j].x = fmaf(dv[q], rr.x, acc[j].x);
-        acc[j].y = fmaf(dv[q], rr.y, acc[j].y);
-      }
-    }
+    for (int s = 0; s < 2; ++s)
+      if (on[s])
+        mma_3xtf32<LA>(x[s], ab, as, sX + (16 * I + 8 * k8 + tig) * LA + 8 * tile[s] + gid);
   }
   __syncwarp();  // every lane has read R
 #pragma unroll
-  for (int j = 0; j < I; ++j)
-    *reinterpret_cast<float2*>(sX + row * LA + 16 * j + cw) = make_float2(-acc[j].x, -acc[j].y);
+  for (int s = 0; s < 2; ++s)
+    if (on[s]) {
+      float* o = sX + (16 * I + gid) * LA + 8 * tile[s] + 2 * tig;
+      *reinterpret_cast<float2*>(o) = make_float2(-x[s][0], -x[s][1]);
+      *reinterpret_cast<float2*>(o + 8 * LA) = make_float2(-x[s][2], -x[s][3]);
+    }
   __syncwarp();  // the next row block reads these rows
 }
 
@@ -886,8 +931,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
-            lane = tid & 31;
+  // The warp index through a shuffle from lane 0: the compiler then knows it is one value per
+  // warp, so the branches on it are uniform and the mma.sync / ldmatrix under them need no
+  // WARPSYNC (r45: ~530 WARPSYNC and ~200 NOP per block of 14.8 K instructions).
+  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x,
+            warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
