@@ -28,11 +28,13 @@ namespace gdn::check {
 namespace {
 
 constexpr double kF32 = 0x1.0p-24, kBF16 = 0x1.0p-8, kF16 = 0x1.0p-11, kSplit = 0x1.0p-16;
-// wy-tc's solve (since session 11): diagonal 16 x 16 blocks in fp32 FFMA, the off-diagonal row
-// blocks as 3xTF32 tensor-core products (wy_tc.cu, solve_row_block): x = big + small, big = x
-// rounded to tf32 (|x - big| <= 2^-11 |x|), small = x - big exact and read by the mma as tf32
-// (<= 2^-10 |small| <= 2^-21 |x|), small * small dropped (<= 2^-22 |x y|): in quadrature (as every
-// fold here) sqrt(2 (2^-21)^2 + (2^-22)^2) = 1.5 2^-21 <= 2^-20 per product (docs/bounds.md).
+// wy-tc's solve (since session 11): diagonal 16 x 16 blocks in fp32 FFMA; the off-diagonal row
+// blocks in fp32 FFMA (the default) or, in the v7t variant (GDN_WYTC_CHUNK=v7t), as 3xTF32
+// tensor-core products (wy_tc.cu, solve_row_block_tc), which the row covers: x = big + small,
+// big = x rounded to tf32 (|x - big| <= 2^-11 |x|), small = x - big exact and read by the mma as
+// tf32 (<= 2^-10 |small| <= 2^-21 |x|), small * small dropped (<= 2^-22 |x y|): in quadrature (as
+// every fold here) sqrt(2 (2^-21)^2 + (2^-22)^2) = 1.5 2^-21 <= 2^-20 per product
+// (docs/bounds.md).
 constexpr double kSolve3xTF32 = 0x1.0p-20;
 constexpr double kSqrt2 = 1.4142135623730951;  // two operands of one fold rounded alike
 

@@ -758,9 +758,10 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
 //     columns, fp32 FFMA); then, for row blocks I = 1..3, R_Ij = sum_{j <= k < I} A_Ik X_kj and
 //     X_Ij = -X_II R_Ij. Columns never interact, so a warp owns a fixed set of columns and runs
 //     all of its chain with __syncwarp only (one barrier after the diagonal blocks, one when X
-//     is complete). v6 did the row blocks with fp32 FFMA (warp w: columns 16 j + 4 w .. + 3, 512
-//     FMA per thread); since session 11 they run on the tensor cores in 3xTF32
-//     (solve_row_block below).
+//     is complete). The row blocks in fp32 FFMA (solve_row_block: warp w owns columns
+//     16 j + 4 w .. + 3, 512 FMA per thread; checked against plain forward substitution on the
+//     CPU, fp64 and an fp32 mirror: same fp32 error level), or on the tensor cores in 3xTF32
+//     (solve_row_block_tc, the v7t variant, session 11).
 //   * W = Y K skips the k-steps above the diagonal (warp w: w + 1 of 4); U is formed transposed,
 //     U^T = V^T Xb^T (A = V^T exact by ldmatrix.trans, B = Xb^T split hi + lo, the same two mma
 //     per product as v5's U = Xb V), warp w owning the token n-tiles w and 7 - w (5 k-steps per
@@ -773,8 +774,63 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
 //   * 4 barriers (v5: 5), ~168 registers at most (3 blocks of 4 warps per SM; v5 used 186
 //     registers, which allowed only 2).
 
-// Row block I (1..3) of X on the tensor cores (session 11; the v6 form did it with fp32 FFMA,
-// 512 per thread, 22% of the v7 kernel's instructions in r45). For this warp's n-tiles t of 8
+// Row block I (1..3) of X for this warp's columns: lane = (row r = lane & 15, column pair h =
+// lane >> 4), columns 16 j + 4 warp + 2 h + {0, 1} for every column block j < I. sX: X so far
+// (diagonal blocks and row blocks < I), rows of stride LA; sA: A, same stride. R is staged in
+// place (the warp's own columns of row block I), then replaced by X_Ij = -X_II R_Ij.
+template <int I, int LA>
+__device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int warp, int lane) {
+  const int r = lane & 15, cw = 4 * warp + 2 * (lane >> 4), row = 16 * I + r;
+  float2 acc[I];
+#pragma unroll
+  for (int j = 0; j < I; ++j) acc[j] = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int kb = 0; kb < I; ++kb)
+#pragma unroll
+    for (int k4 = 0; k4 < 16; k4 += 4) {
+      const float4 a4 = *reinterpret_cast<const float4*>(sA + row * LA + 16 * kb + k4);
+      const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int k = 16 * kb + k4 + q;
+#pragma unroll
+        for (int j = 0; j <= kb; ++j) {  // X[k][c] = 0 for column blocks j > kb
+          const float2 x = *reinterpret_cast<const float2*>(sX + k * LA + 16 * j + cw);
+          acc[j].x = fmaf(av[q], x.x, acc[j].x);
+          acc[j].y = fmaf(av[q], x.y, acc[j].y);
+        }
+      }
+    }
+#pragma unroll
+  for (int j = 0; j < I; ++j) *reinterpret_cast<float2*>(sX + row * LA + 16 * j + cw) = acc[j];
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < I; ++j) acc[j] = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int m4 = 0; m4 < 16; m4 += 4) {
+    const float4 d4 = *reinterpret_cast<const float4*>(sX + row * LA + 16 * I + m4);  // X_II row
+    const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int m = 16 * I + m4 + q;
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        const float2 rr = *reinterpret_cast<const float2*>(sX + m * LA + 16 * j + cw);
+        acc[j].x = fmaf(dv[q], rr.x, acc[j].x);
+        acc[j].y = fmaf(dv[q], rr.y, acc[j].y);
+      }
+    }
+  }
+  __syncwarp();  // every lane has read R
+#pragma unroll
+  for (int j = 0; j < I; ++j)
+    *reinterpret_cast<float2*>(sX + row * LA + 16 * j + cw) = make_float2(-acc[j].x, -acc[j].y);
+  __syncwarp();  // the next row block reads these rows
+}
+
+// Row block I (1..3) of X on the tensor cores (session 11, the v7t variant; not measured on
+// the GPU yet: the device was not lent after it was written). The FFMA form above takes 512 FMA
+// per thread, 22% of the v7 kernel's instructions in r45. For this warp's n-tiles t of 8
 // columns, R_It = sum_{j <= kb < I} A_{I,kb} X_{kb,t} (j = t / 2: X_{kb,t} = 0 for kb < j), staged
 // in place, then X_It = -X_II R_It. mma.sync m16n8k8 tf32 with both operands split x = big + small
 // and three products small*big + big*small + big*big ("3xTF32"). big is x rounded to tf32 (to
@@ -820,7 +876,8 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const std::uint32_t (&
   mma_tf32(d, ab, bb);
 }
 template <int I, int LA>
-__device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int warp, int lane) {
+__device__ __forceinline__ void solve_row_block_tc(const float* sA, float* sX, int warp,
+                                                   int lane) {
   const int gid = lane >> 2, tig = lane & 3;
   // ldmatrix .x4 rows: lane L gives row (L & 7) + 8 ((L >> 3) & 1), fp32 column 4 (L >> 4) of the
   // 16 x 8 A tile (matrices: rows 0-7 / 8-15 x columns 0-3 / 4-7 = a0, a1, a2, a3).
@@ -909,7 +966,12 @@ template <int K, int V> struct ChunkSmemV7 {
 // process image, interleaved): 1.2-3% faster on every 27b / qwen3-next case (27b T = 32768 1.736
 // - 1.741 against 1.759 - 1.763 ms), although ncu times the kernel alone equal (281.0 vs 281.8 us
 // at T = 8192).
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true>
+// kTc (GDN_WYTC_CHUNK=v7t, an experiment; session 11, written after r45 and not yet measured on
+// the GPU): the warp index through a shuffle, so the compiler sees it as one value per warp and
+// the branches on it need no WARPSYNC around mma.sync / ldmatrix (r45: ~530 WARPSYNC and ~370 NOP
+// executed per block of 14.8 K), and the solve's row blocks on the tensor cores
+// (solve_row_block_tc; u_solve 2^-20, docs/bounds.md).
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kTc = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -931,11 +993,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  // The warp index through a shuffle from lane 0: the compiler then knows it is one value per
-  // warp, so the branches on it are uniform and the mma.sync / ldmatrix under them need no
-  // WARPSYNC (r45: ~530 WARPSYNC and ~200 NOP per block of 14.8 K instructions).
+  // kTc: the warp index through a shuffle from lane 0 (see above).
   const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x,
-            warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+            warp = kTc ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
@@ -1166,9 +1226,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     }
   }
   __syncthreads();  // barrier 3: every diagonal block of X, every row of A and of sS, sD; q read
-  solve_row_block<1, LA>(sA, sX, warp, lane);
-  solve_row_block<2, LA>(sA, sX, warp, lane);
-  solve_row_block<3, LA>(sA, sX, warp, lane);
+  if constexpr (kTc) {
+    solve_row_block_tc<1, LA>(sA, sX, warp, lane);
+    solve_row_block_tc<2, LA>(sA, sX, warp, lane);
+    solve_row_block_tc<3, LA>(sA, sX, warp, lane);
+  } else {
+    solve_row_block<1, LA>(sA, sX, warp, lane);
+    solve_row_block<2, LA>(sA, sX, warp, lane);
+    solve_row_block<3, LA>(sA, sX, warp, lane);
+  }
   __syncthreads();  // barrier 4: X complete, A dead
 
   // The v tile into the bytes of A (zero-filled past the chunk's length); lands while W is formed.
@@ -1368,7 +1434,8 @@ SideStream& side_stream() {
 // Chunk kernel variant: 2 = v2 (any io), 7 = v7 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
 // with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
 // measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
-// negative control (U negated; tests only).
+// negative control (U negated; tests only); v7u (9) = v7 unrolled; v7t (10) = v7 with the
+// tensor-core solve (kTc; an experiment, not the default until measured).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
@@ -1381,6 +1448,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
+  if (env_is("GDN_WYTC_CHUNK", "v7t")) return 10;  // v7, tensor-core solve (session 11, kTc)
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1526,7 +1594,14 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
         return Status::Ok();
       };
       Status ls;
-      if (chunk_v == 9) {
+      if (chunk_v == 10) {
+        if (a.beta.dtype == DType::bf16)
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, true>)
+                            : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, true>);
+        else
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true, true>)
+                            : go(wy_tc_chunk_kernel_v7<float, K, V, false, true, true>);
+      } else if (chunk_v == 9) {
         if (a.beta.dtype == DType::bf16)
           ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, false>)
                             : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, false>);
