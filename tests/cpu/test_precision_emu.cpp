@@ -165,4 +165,60 @@ TEST(PrecisionEmu, WyTcSchemesWithinDerivedBounds) {
   EXPECT_EQ(scheme("H").state_units(), 9);
 }
 
+// The v7t chunk kernel's 3xTF32 solve (src/cuda/wy_tc/wy_tc.cu, solve_row_block_tc), emulated on
+// every product of the forward substitution (a superset of the GPU's row blocks): in both wy-tc
+// schemes the state error stays within 5% of the fp32 solve's (it was not the limiting term),
+// both stay within their derived bounds (u_solve 2^-20), and the final states differ in some
+// bits (the solve mode took effect). Negative control: one tf32 product per term (the split
+// dropped) raises the split scheme's state error by more than 3x, so the comparison can fail.
+TEST(PrecisionEmu, TensorCoreSolveKeepsTheErrors) {
+  const auto& split = check::fold_precision(Arm::wy_tc, check::WyTcScheme::split);
+  const auto& half = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half);
+  const std::vector<pe::Scheme> all = pe::study_schemes();
+  pe::Scheme at, ht, aneg;
+  ASSERT_TRUE(pe::parse_scheme("At=A:solve=tf32x3", all, &at));
+  ASSERT_TRUE(pe::parse_scheme("Ht=H:solve=tf32x3", all, &ht));
+  ASSERT_TRUE(pe::parse_scheme("Aneg=A:solve=tf32", all, &aneg));
+  pe::Scheme bad;
+  EXPECT_FALSE(pe::parse_scheme("X=A:solve=bf16", all, &bad));
+  for (const char* regime : {"bench27b", "g0b1"}) {
+    SCOPED_TRACE(regime);
+    const pe::HeadInputs in = pe::make_regime(regime, 2048, 1001, 1.0);
+    const check::Case c = pe::to_case(in);
+    const check::Oracle ref = check::ref_serial(c);
+    const check::BoundInputs bi = check::bound_inputs(c, 64);
+    const check::Bound bs = check::derive_bound(split, bi), bh = check::derive_bound(half, bi);
+    const Err a = run(c, ref, scheme("A")), h = run(c, ref, scheme("H"));
+    const Err ea = run(c, ref, at), eh = run(c, ref, ht), en = run(c, ref, aneg);
+    std::printf("%-8s state: A %.3e, A 3xTF32 solve %.3e (bound %.3e), A tf32 solve %.3e; H %.3e, "
+                "H 3xTF32 solve %.3e (bound %.3e)\n",
+                regime, a.state, ea.state, bs.state, en.state, h.state, eh.state, bh.state);
+    EXPECT_NEAR(ea.state, a.state, 0.05 * a.state);
+    EXPECT_NEAR(eh.state, h.state, 0.05 * h.state);
+    EXPECT_NEAR(ea.o, a.o, 0.05 * a.o);
+    EXPECT_LE(ea.state, bs.state);
+    EXPECT_LE(ea.o, bs.o);
+    EXPECT_LE(eh.state, bh.state);
+    EXPECT_LE(eh.o, bh.o);
+    pe::HeadResult r0, r1;
+    pe::emulate(head(c), scheme("A"), &r0);
+    pe::emulate(head(c), at, &r1);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < r0.hT.size(); ++i) differ += !(r0.hT[i] == r1.hT[i]);
+    EXPECT_GT(differ, r0.hT.size() / 10) << "the 3xTF32 solve changed no bits";
+    EXPECT_GT(en.state, 3 * a.state) << "negative control: a single tf32 solve went unseen";
+  }
+  // The split itself: |x - big| <= 2^-11 |x| (round to nearest), small exact, and a product's
+  // error within the model's 1.25 2^-20 worst case on a few awkward values.
+  for (float x : {1.f / 3.f, -2.f / 7.f, 0.999999f, 1.0000001f, 3.1415927e-5f}) {
+    const float big = pe::tf32_round_half_up(x);
+    EXPECT_LE(std::fabs(x - big), std::ldexp(std::fabs(x), -11));
+    for (float y : {1.f / 3.f, -1.f / 7.f, 0.7071068f}) {
+      const double exact = double(x) * double(y);
+      EXPECT_LE(std::fabs(pe::mul_3xtf32(x, y) - exact), 1.25 * std::ldexp(std::fabs(exact), -20))
+          << x << " * " << y;
+    }
+  }
+}
+
 }  // namespace

@@ -187,6 +187,10 @@ struct Scheme {
   Fmt op_P = Fmt::f32, op_Vn = Fmt::f32;
   Fmt st_K = Fmt::f32, st_Vn = Fmt::f32;
   Fmt u_st = Fmt::f32;  // U as stored between the passes (rounded once to this format)
+  // The solve's products (every product of the forward substitution, a superset of the GPU's row
+  // blocks): fp32; 3xTF32 as the v7t chunk kernel forms them; or one tf32 product (big * big
+  // only: what a kernel that dropped the split would do; a negative control).
+  enum class Solve { f32, tf32x3, tf32 } solve = Solve::f32;
   bool o_bf16 = true;  // round o to bf16 (the arm's output dtype)
   // With in-kernel l2norm: store the normalised q, k as bf16 and use them as the tiles (what
   // fla / FlashQLA's l2norm kernels do) instead of exact tiles with fp32 1/|q|, 1/|k| scalings.
@@ -264,7 +268,8 @@ inline const Scheme* find_scheme(const std::vector<Scheme>& v, const std::string
 
 // A scheme from a spec "NAME=BASE:fold=fmt+fold=fmt..." (BASE one of `known`), e.g.
 // "Bw=B:wu_T=fp16x2+x_W=fp16x2". Folds: kk_in wu_T wu_in x_W x_S os_Q os_S op_P op_Vn st_K
-// st_Vn u_st, o=f32 (no bf16 rounding of o), qkn=bf16 (normalised q, k stored as bf16 tiles).
+// st_Vn u_st, o=f32 (no bf16 rounding of o), qkn=bf16 (normalised q, k stored as bf16 tiles),
+// solve=f32|tf32x3|tf32 (the solve's products).
 // Returns false on a malformed spec.
 inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& known, Scheme* out) {
   const auto eq = spec.find('='), colon = spec.find(':');
@@ -282,6 +287,8 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
     const auto e = a.find('=');
     if (e == std::string::npos) return false;
     const std::string key = a.substr(0, e), val = a.substr(e + 1);
+    if (key == "solve" && val == "tf32x3") { s.solve = Scheme::Solve::tf32x3; continue; }
+    if (key == "solve" && val == "tf32") { s.solve = Scheme::Solve::tf32; continue; }
     Fmt f;
     if (val == "f32") f = Fmt::f32;
     else if (val == "bf16") f = Fmt::bf16;
@@ -291,6 +298,11 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
     else if (val == "fp16x2s") f = Fmt::fp16x2s;
     else return false;
     if (key == "o") { s.o_bf16 = f != Fmt::f32; continue; }
+    if (key == "solve") {  // solve=f32
+      if (f != Fmt::f32) return false;
+      s.solve = Scheme::Solve::f32;
+      continue;
+    }
     if (key == "qkn") { s.qkn_bf16 = f == Fmt::bf16; continue; }
     Fmt* slot = key == "kk_in" ? &s.kk_in : key == "wu_T" ? &s.wu_T : key == "wu_in" ? &s.wu_in
               : key == "x_W" ? &s.x_W : key == "x_S" ? &s.x_S : key == "os_Q" ? &s.os_Q
@@ -302,6 +314,33 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
   }
   *out = s;
   return true;
+}
+
+// 3xTF32 product as solve_row_block_tc forms it (src/cuda/wy_tc/wy_tc.cu): each operand split
+// x = big + small, big = x rounded to tf32 by + half an ulp and clearing the low 13 bits, small =
+// x - big (exact) read by the tensor core as tf32, modelled as truncated (the larger error of
+// the two readings the bound allows); big*big + big*small + small*big, each product exact in
+// fp32 (11 x 11 significant bits), summed in fp32 in that order (small terms first).
+inline float tf32_round_half_up(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b = (b + 0x1000u) & 0xffffe000u;
+  float y;
+  std::memcpy(&y, &b, 4);
+  return y;
+}
+inline float tf32_trunc(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b &= 0xffffe000u;
+  float y;
+  std::memcpy(&y, &b, 4);
+  return y;
+}
+inline float mul_3xtf32(float a, float b) {
+  const float ab = tf32_round_half_up(a), as = tf32_trunc(a - ab);
+  const float bb = tf32_round_half_up(b), bs = tf32_trunc(b - bb);
+  return (as * bb + ab * bs) + ab * bb;
 }
 
 // ---------------------------------------------------------------- one head
@@ -391,12 +430,18 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
         Pm[i * L + j] = j <= i ? scale * rq[i] * rk[j] * QK[i * L + j] * gam : 0.f;
       }
     st[kOpA].add(Am.data(), L * L);
-    // T = (I + A)^-1, fp32 forward substitution.
+    // T = (I + A)^-1, fp32 forward substitution (products per sc.solve).
     for (int i = 0; i < L; ++i) {
       for (int j = 0; j < L; ++j) Tm[i * L + j] = i == j ? 1.f : 0.f;
       for (int j = 0; j < i; ++j) {
         float s = 0;
-        for (int m = j; m < i; ++m) s += Am[i * L + m] * Tm[m * L + j];
+        if (sc.solve == Scheme::Solve::tf32x3)
+          for (int m = j; m < i; ++m) s += mul_3xtf32(Am[i * L + m], Tm[m * L + j]);
+        else if (sc.solve == Scheme::Solve::tf32)
+          for (int m = j; m < i; ++m)
+            s += tf32_round_half_up(Am[i * L + m]) * tf32_round_half_up(Tm[m * L + j]);
+        else
+          for (int m = j; m < i; ++m) s += Am[i * L + m] * Tm[m * L + j];
         Tm[i * L + j] = -s;
       }
     }
