@@ -123,6 +123,24 @@ TEST(PrecisionEmu, BF16SingleProductsLoseToSplitNegativeControl) {
   EXPECT_EQ(scheme("C").state_units(), 7);
 }
 
+// One regime at T = 2048 (32 chunks): its case, fp64 oracle, bound inputs, the derived bounds of
+// wy-tc's split and half rows, and the emulated errors of schemes A (split) and H (half).
+struct RegimeRun {
+  check::Case c;
+  check::Oracle ref;
+  check::BoundInputs bi;
+  check::Bound bs, bh;
+  Err a, h;
+  RegimeRun(const char* regime, std::uint64_t seed)
+      : c(pe::to_case(pe::make_regime(regime, 2048, seed, 1.0))),
+        ref(check::ref_serial(c)),
+        bi(check::bound_inputs(c, 64)),
+        bs(check::derive_bound(check::fold_precision(Arm::wy_tc, check::WyTcScheme::split), bi)),
+        bh(check::derive_bound(check::fold_precision(Arm::wy_tc, check::WyTcScheme::half), bi)),
+        a(run(c, ref, scheme("A"))),
+        h(run(c, ref, scheme("H"))) {}
+};
+
 // The derived bounds of wy-tc's two schemes hold for their emulation (docs/bounds.md, "CPU
 // emulation against the bound"): T = 2048 (32 chunks), one seed, the bench's inputs and the
 // least damped regime (g = 0, beta = 1). Negative control: scheme C (bf16 single products, what
@@ -130,15 +148,14 @@ TEST(PrecisionEmu, BF16SingleProductsLoseToSplitNegativeControl) {
 // with an fp32 output (no bf16 output rounding to hide behind), for o.
 TEST(PrecisionEmu, WyTcSchemesWithinDerivedBounds) {
   const auto& split = check::fold_precision(Arm::wy_tc, check::WyTcScheme::split);
-  const auto& half = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half);
   for (const char* regime : {"bench27b", "g0b1"}) {
     SCOPED_TRACE(regime);
-    const pe::HeadInputs in = pe::make_regime(regime, 2048, 1000, 1.0);
-    const check::Case c = pe::to_case(in);
-    const check::Oracle ref = check::ref_serial(c);
-    const check::BoundInputs bi = check::bound_inputs(c, 64);
-    const check::Bound bs = check::derive_bound(split, bi), bh = check::derive_bound(half, bi);
-    const Err a = run(c, ref, scheme("A")), h = run(c, ref, scheme("H"));
+    const RegimeRun rr(regime, 1000);
+    const check::Case& c = rr.c;
+    const check::Oracle& ref = rr.ref;
+    const check::BoundInputs& bi = rr.bi;
+    const check::Bound &bs = rr.bs, &bh = rr.bh;
+    const Err &a = rr.a, &h = rr.h;
     std::printf("%-8s T 2048 n_mem %.3g: A o %.3e / %.3e (util %.3f) state %.3e / %.3e (util %.4f)"
                 "; H o %.3e / %.3e (util %.3f) state %.3e / %.3e (util %.4f)\n",
                 regime, bi.n_mem, a.o, bs.o, a.o / bs.o, a.state, bs.state, a.state / bs.state,
@@ -172,8 +189,6 @@ TEST(PrecisionEmu, WyTcSchemesWithinDerivedBounds) {
 // bits (the solve mode took effect). Negative control: one tf32 product per term (the split
 // dropped) raises the split scheme's state error by more than 3x, so the comparison can fail.
 TEST(PrecisionEmu, TensorCoreSolveKeepsTheErrors) {
-  const auto& split = check::fold_precision(Arm::wy_tc, check::WyTcScheme::split);
-  const auto& half = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half);
   const std::vector<pe::Scheme> all = pe::study_schemes();
   pe::Scheme at, ht, aneg;
   ASSERT_TRUE(pe::parse_scheme("At=A:solve=tf32x3", all, &at));
@@ -183,12 +198,11 @@ TEST(PrecisionEmu, TensorCoreSolveKeepsTheErrors) {
   EXPECT_FALSE(pe::parse_scheme("X=A:solve=bf16", all, &bad));
   for (const char* regime : {"bench27b", "g0b1"}) {
     SCOPED_TRACE(regime);
-    const pe::HeadInputs in = pe::make_regime(regime, 2048, 1001, 1.0);
-    const check::Case c = pe::to_case(in);
-    const check::Oracle ref = check::ref_serial(c);
-    const check::BoundInputs bi = check::bound_inputs(c, 64);
-    const check::Bound bs = check::derive_bound(split, bi), bh = check::derive_bound(half, bi);
-    const Err a = run(c, ref, scheme("A")), h = run(c, ref, scheme("H"));
+    const RegimeRun rr(regime, 1001);
+    const check::Case& c = rr.c;
+    const check::Oracle& ref = rr.ref;
+    const check::Bound &bs = rr.bs, &bh = rr.bh;
+    const Err &a = rr.a, &h = rr.h;
     const Err ea = run(c, ref, at), eh = run(c, ref, ht), en = run(c, ref, aneg);
     std::printf("%-8s state: A %.3e, A 3xTF32 solve %.3e (bound %.3e), A tf32 solve %.3e; H %.3e, "
                 "H 3xTF32 solve %.3e (bound %.3e)\n",

@@ -309,22 +309,29 @@ TEST(wy_tc, ChunkV7PassesOracleAndRepeats) {
   }
 }
 
+// fn(name, case, scheme) on every v7 case in both operand schemes (auto: the half scheme on sm_90a;
+// split), the cases made with seeds seed + 1, seed + 2, ...
+template <typename Fn> void for_each_v7_case_in_both_schemes(int seed, Fn fn) {
+  for (const char* prec : {"auto", "split"}) {
+    testutil::ScopedEnv scheme("GDN_WYTC_PRECISION", prec);
+    for (const auto& [name, spec] : chunk_v7_cases()) {
+      SCOPED_TRACE(name + " " + prec);
+      fn(name, check::make_case(spec, ++seed), std::string(prec));
+    }
+  }
+}
+
 // v7's k-step loops rolled (the default since r40) or unrolled (GDN_WYTC_CHUNK=v7u, the form
 // before): the same operations in the same order, so o and hT are bit for bit equal on every v7
 // case, in both operand schemes (the default half, and split). (r39 ran this comparison with the
 // roles swapped, v7r against the unrolled default: equal.)
 TEST(wy_tc, ChunkV7RolledEqualsUnrolledBitForBit) {
-  int seed = 650;
-  for (const char* prec : {"auto", "split"}) {
-    testutil::ScopedEnv scheme("GDN_WYTC_PRECISION", prec);
-    for (const auto& [name, spec] : chunk_v7_cases()) {
-      SCOPED_TRACE(name + " " + prec);
-      const check::Case c = check::make_case(spec, ++seed);
-      const check::ArmOutput rolled = check::run_arm(Arm::wy_tc, c, true);
-      const check::ArmOutput unrolled = run_chunk_variant(c, "v7u");
-      expect_bitwise_equal(rolled, unrolled, name + " v7 rolled vs v7u (" + prec + ")");
-    }
-  }
+  for_each_v7_case_in_both_schemes(
+      650, [](const std::string& name, const check::Case& c, const std::string& prec) {
+        const check::ArmOutput rolled = check::run_arm(Arm::wy_tc, c, true);
+        const check::ArmOutput unrolled = run_chunk_variant(c, "v7u");
+        expect_bitwise_equal(rolled, unrolled, name + " v7 rolled vs v7u (" + prec + ")");
+      });
 }
 
 // v7t (GDN_WYTC_CHUNK=v7t, session 11): v7 with the solve's row blocks on the tensor cores in
@@ -334,41 +341,36 @@ TEST(wy_tc, ChunkV7RolledEqualsUnrolledBitForBit) {
 // solve's rounding (o: output roundings; state: 2e-5, as v7 against v2), while the final states
 // differ in some bits (the switch reached the kTc kernel).
 TEST(wy_tc, ChunkV7tTensorCoreSolvePassesOracle) {
-  int seed = 680;
-  for (const char* prec : {"auto", "split"}) {
-    testutil::ScopedEnv scheme("GDN_WYTC_PRECISION", prec);
-    for (const auto& [name, spec] : chunk_v7_cases()) {
-      SCOPED_TRACE(name + " " + prec);
-      const check::Case c = check::make_case(spec, ++seed);
-      const check::ArmOutput v7 = check::run_arm(Arm::wy_tc, c, true);
-      const check::ArmOutput t1 = run_chunk_variant(c, "v7t");
-      const check::ArmOutput t2 = run_chunk_variant(c, "v7t");
-      expect_bitwise_equal(t1, t2, name + " v7t twice (" + prec + ")");
-      ASSERT_TRUE(v7.status.ok()) << v7.status.message();
-      const check::Oracle ref = check::ref_serial(c);
-      check::Row r;
-      {
-        testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7t");
-        r = check::evaluate(Arm::wy_tc, c, ref, true);
-      }
-      const check::Metrics dO = check::compare(v7.o, t1.o);
-      const check::Metrics dS = check::compare(v7.hT, t1.hT);
-      std::printf("wy-tc chunk v7t %s (%s): o %.3e state %.3e (util %.3f / %.3f); vs v7: o %.3e "
-                  "state %.3e\n",
-                  name.c_str(), prec, r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state,
-                  dO.rel_rms, dS.rel_rms);
-      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-      EXPECT_TRUE(r.pass) << testutil::describe(r);
-      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-      EXPECT_LE(dO.rel_rms, 1e-3);
-      EXPECT_EQ(dO.nan_count, 0);
-      if (!v7.hT.empty()) {
-        EXPECT_LE(dS.rel_rms, 2e-5);
-        EXPECT_NE(testutil::first_bit_difference(v7.hT, t1.hT), -1)
-            << "v7t equals v7 bit for bit: the switch did not reach the tensor-core solve";
-      }
-    }
-  }
+  for_each_v7_case_in_both_schemes(
+      680, [](const std::string& name, const check::Case& c, const std::string& prec) {
+        const check::ArmOutput v7 = check::run_arm(Arm::wy_tc, c, true);
+        const check::ArmOutput t1 = run_chunk_variant(c, "v7t");
+        const check::ArmOutput t2 = run_chunk_variant(c, "v7t");
+        expect_bitwise_equal(t1, t2, name + " v7t twice (" + prec + ")");
+        ASSERT_TRUE(v7.status.ok()) << v7.status.message();
+        const check::Oracle ref = check::ref_serial(c);
+        check::Row r;
+        {
+          testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7t");
+          r = check::evaluate(Arm::wy_tc, c, ref, true);
+        }
+        const check::Metrics dO = check::compare(v7.o, t1.o);
+        const check::Metrics dS = check::compare(v7.hT, t1.hT);
+        std::printf("wy-tc chunk v7t %s (%s): o %.3e state %.3e (util %.3f / %.3f); vs v7: o "
+                    "%.3e state %.3e\n",
+                    name.c_str(), prec.c_str(), r.o.rel_rms, r.state.rel_rms, r.util_o,
+                    r.util_state, dO.rel_rms, dS.rel_rms);
+        EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+        EXPECT_TRUE(r.pass) << testutil::describe(r);
+        EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+        EXPECT_LE(dO.rel_rms, 1e-3);
+        EXPECT_EQ(dO.nan_count, 0);
+        if (!v7.hT.empty()) {
+          EXPECT_LE(dS.rel_rms, 2e-5);
+          EXPECT_NE(testutil::first_bit_difference(v7.hT, t1.hT), -1)
+              << "v7t equals v7 bit for bit: the switch did not reach the tensor-core solve";
+        }
+      });
 }
 
 // Negative control of the v7 checks: GDN_WYTC_CHUNK=v7neg runs the v7 kernel with U written
