@@ -27,6 +27,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -287,8 +288,13 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
     const auto e = a.find('=');
     if (e == std::string::npos) return false;
     const std::string key = a.substr(0, e), val = a.substr(e + 1);
-    if (key == "solve" && val == "tf32x3") { s.solve = Scheme::Solve::tf32x3; continue; }
-    if (key == "solve" && val == "tf32") { s.solve = Scheme::Solve::tf32; continue; }
+    if (key == "solve") {
+      if (val == "f32") s.solve = Scheme::Solve::f32;
+      else if (val == "tf32x3") s.solve = Scheme::Solve::tf32x3;
+      else if (val == "tf32") s.solve = Scheme::Solve::tf32;
+      else return false;
+      continue;
+    }
     Fmt f;
     if (val == "f32") f = Fmt::f32;
     else if (val == "bf16") f = Fmt::bf16;
@@ -298,11 +304,6 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
     else if (val == "fp16x2s") f = Fmt::fp16x2s;
     else return false;
     if (key == "o") { s.o_bf16 = f != Fmt::f32; continue; }
-    if (key == "solve") {  // solve=f32
-      if (f != Fmt::f32) return false;
-      s.solve = Scheme::Solve::f32;
-      continue;
-    }
     if (key == "qkn") { s.qkn_bf16 = f == Fmt::bf16; continue; }
     Fmt* slot = key == "kk_in" ? &s.kk_in : key == "wu_T" ? &s.wu_T : key == "wu_in" ? &s.wu_in
               : key == "x_W" ? &s.x_W : key == "x_S" ? &s.x_S : key == "os_Q" ? &s.os_Q
@@ -322,20 +323,10 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
 // the two readings the bound allows); big*big + big*small + small*big, each product exact in
 // fp32 (11 x 11 significant bits), summed in fp32 in that order (small terms first).
 inline float tf32_round_half_up(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, 4);
-  b = (b + 0x1000u) & 0xffffe000u;
-  float y;
-  std::memcpy(&y, &b, 4);
-  return y;
+  return std::bit_cast<float>((std::bit_cast<std::uint32_t>(x) + 0x1000u) & 0xffffe000u);
 }
 inline float tf32_trunc(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, 4);
-  b &= 0xffffe000u;
-  float y;
-  std::memcpy(&y, &b, 4);
-  return y;
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) & 0xffffe000u);
 }
 inline float mul_3xtf32(float a, float b) {
   const float ab = tf32_round_half_up(a), as = tf32_trunc(a - ab);
@@ -435,13 +426,12 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
       for (int j = 0; j < L; ++j) Tm[i * L + j] = i == j ? 1.f : 0.f;
       for (int j = 0; j < i; ++j) {
         float s = 0;
-        if (sc.solve == Scheme::Solve::tf32x3)
-          for (int m = j; m < i; ++m) s += mul_3xtf32(Am[i * L + m], Tm[m * L + j]);
-        else if (sc.solve == Scheme::Solve::tf32)
-          for (int m = j; m < i; ++m)
-            s += tf32_round_half_up(Am[i * L + m]) * tf32_round_half_up(Tm[m * L + j]);
-        else
-          for (int m = j; m < i; ++m) s += Am[i * L + m] * Tm[m * L + j];
+        for (int m = j; m < i; ++m) {
+          const float a = Am[i * L + m], t = Tm[m * L + j];
+          s += sc.solve == Scheme::Solve::tf32x3 ? mul_3xtf32(a, t)
+             : sc.solve == Scheme::Solve::tf32   ? tf32_round_half_up(a) * tf32_round_half_up(t)
+                                                 : a * t;
+        }
         Tm[i * L + j] = -s;
       }
     }

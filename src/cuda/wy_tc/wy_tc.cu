@@ -103,8 +103,8 @@ __device__ __forceinline__ std::uint32_t pack_f16(float lo_idx, float hi_idx) {
 __device__ __forceinline__ std::uint32_t bf16x2_to_f16x2(std::uint32_t w) {
   return pack_f16(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
-// 2^x by one MUFU.EX2 (ex2.approx.ftz.f32: relative error <= 2^-22 for the normal range, results
-// below 2^-126 flushed to zero). exp(x) = ex2_approx(x * log2 e) is CUDA's __expf without the
+// 2^x by one MUFU.EX2 (ex2.approx.ftz.f32: about 2 ulp, as CUDA documents for exp2f, which
+// compiles to it; results below 2^-126 flushed to zero). exp(x) = ex2_approx(x * log2 e) is CUDA's __expf without the
 // input scaling that __expf adds for subnormal results.
 __device__ __forceinline__ float ex2_approx(float x) {
   float y;
