@@ -7,7 +7,7 @@
 #   GDN_AB_CASES   ';'-separated bench argument lists
 #   GDN_AB_ENVS    ';'-separated "VAR=value ..." sets; '-' is the default environment
 # Writes to $OUT: ab.txt (test tail, one line per bench case and environment), results.jsonl,
-# logs.tgz.
+# logs.tgz (gtest log, ncu reports as text and SASS csv).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GDN_COMMIT=$(cat COMMIT 2>/dev/null || echo unknown)
@@ -44,5 +44,6 @@ if [[ -n ${GDN_PROFILE_CASES:-} ]]; then
   grep -E "^== |Duration|Registers Per|Achieved Occupancy|Throughput|Executed Ipc A|Executed Instructions  " \
     "$OUT/logs/profile.log" >> "$OUT/ab.txt"
 fi
-tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null
+# Everything else travels in logs.tgz (the device tool returns at most 8 files).
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$OUT/logs"
 cat "$OUT/ab.txt"

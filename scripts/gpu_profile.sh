@@ -22,6 +22,6 @@ for c in "${LIST[@]}"; do
   ncu -i "$OUT/ncu_$name.ncu-rep" --page source --print-source sass --csv \
     > "$OUT/ncu_${name}_sass.csv" 2>&1 || echo "source page $name failed"
   rm -f "$OUT/ncu_$name.ncu-rep"
-  grep -E "Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|Executed Ipc A" \
-    "$OUT/ncu_$name.txt" | head -24
+  grep -E "Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|Executed Ipc A|Executed Instructions  " \
+    "$OUT/ncu_$name.txt" | head -28
 done

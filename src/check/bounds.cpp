@@ -28,15 +28,8 @@ namespace gdn::check {
 namespace {
 
 constexpr double kF32 = 0x1.0p-24, kBF16 = 0x1.0p-8, kF16 = 0x1.0p-11, kSplit = 0x1.0p-16;
-// wy-tc's solve (since session 11): diagonal 16 x 16 blocks in fp32 FFMA; the off-diagonal row
-// blocks in fp32 FFMA (the default) or, in the v7t variant (GDN_WYTC_CHUNK=v7t), as 3xTF32
-// tensor-core products (wy_tc.cu, solve_row_block_tc), which the row covers: x = big + small,
-// big = x rounded to tf32 (|x - big| <= 2^-11 |x|), small = x - big exact and read by the mma as
-// tf32 (<= 2^-10 |small| <= 2^-21 |x|), small * small dropped (<= 2^-22 |x y|): in quadrature (as
-// every fold here) sqrt(2 (2^-21)^2 + (2^-22)^2) = 1.5 2^-21 <= 2^-20 per product
-// (docs/bounds.md).
-constexpr double kSolve3xTF32 = 0x1.0p-20;
 constexpr double kSqrt2 = 1.4142135623730951;  // two operands of one fold rounded alike
+constexpr double kSqrt3 = 1.7320508075688772;  // three such roundings
 
 // THE per-arm fold-precision table. Columns: arm, scheme, C, u_acc, u_kk, u_wu, u_x, u_st, u_os,
 // u_op, u_solve. Each u_<fold> is the fold's operand roundings combined in quadrature.
@@ -60,9 +53,9 @@ const FoldPrecision kTable[] = {
     //   u_os  kSplit        S split, Q exact (f32 io: split)
     //   u_op  sqrt2 kSplit  P split, Vn split
     {Arm::wy_tc, "split", 64, kF32, kSqrt2 * kSplit, kSplit, kSqrt2 * kSplit, kSplit, kSplit,
-     kSqrt2 * kSplit, kSolve3xTF32,
+     kSqrt2 * kSplit, kF32,
      "split hi+lo bf16 operands (2^-16 per operand) in every mma fold incl. the state; fp32 "
-     "accumulate; solve fp32 / 3xTF32 (2^-20)"},
+     "accumulate and solve"},
     // wy-tc, half scheme (bf16 io only: wy_tc_half_scheme; inside the fp16 domain |q|, |k| <=
     // kWyTcHalfMaxQK, |v|, |h0| <= kWyTcHalfMaxV). Operands single fp16 (u = 2^-11, normal
     // values) where the split was dropped; the chunk pass's T side and ST keep the bf16 split:
@@ -73,10 +66,16 @@ const FoldPrecision kTable[] = {
     //   u_os  2^-11         S^T fp16 single; Q = the bf16 q converted to fp16 (exact for
     //                       2^-17 <= |q| <= 65504; below 2^-17 an absolute 2^-25, negligible)
     //   u_op  sqrt2 2^-11   P = scale (Q K^T .* Gam) rounded once to fp16, Vn fp16 single
-    {Arm::wy_tc, "half", 64, kF32, 0, kSplit, kSqrt2 * kF16, kSplit, kF16, kSqrt2 * kF16,
-     kSolve3xTF32,
+    {Arm::wy_tc, "half", 64, kF32, 0, kSplit, kSqrt2 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
      "fp16 single W, S (X), S (OS), P, Vn (OP); split bf16 T side (W, U) and Vn (ST); exact "
-     "bf16 K K^T, Q K^T; fp32 accumulate; solve fp32 / 3xTF32 (2^-20)"},
+     "bf16 K K^T, Q K^T; fp32 accumulate and solve"},
+    // wy-tc, half scheme with U stored in fp16 between the passes (GDN_WYTC_U16=1; session 12):
+    // as half, plus U rounded once to fp16 after its fp32 accumulation. Like W's fp16 rounding
+    // it comes after the solve (kappa does not multiply it) and enters through Vn = U - X, so
+    // it joins X's operand roundings in quadrature:
+    //   u_x   sqrt3 2^-11   W rounded once to fp16, S^T fp16 single, U rounded once to fp16
+    {Arm::wy_tc, "half-u16", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
+     "half, and U stored in fp16 (joins X's roundings)"},
 };
 
 double unit_roundoff(DType d) {
@@ -107,7 +106,9 @@ bool within_abs(const std::vector<float>& x, float limit) {
 
 }  // namespace
 
-const char* scheme_name(WyTcScheme s) { return s == WyTcScheme::half ? "half" : "split"; }
+const char* scheme_name(WyTcScheme s) {
+  return s == WyTcScheme::half ? "half" : s == WyTcScheme::half_u16 ? "half-u16" : "split";
+}
 
 bool wy_tc_half_scheme(const Case& c) {
   const char* e = std::getenv("GDN_WYTC_PRECISION");
@@ -120,6 +121,11 @@ bool wy_tc_half_scheme(const Case& c) {
   if (c.spec.out_dtype == DType::f32) return false;
   return within_abs(c.q32, gdn::kWyTcHalfMaxQK) && within_abs(c.k32, gdn::kWyTcHalfMaxQK) &&
          within_abs(c.v32, gdn::kWyTcHalfMaxV) && within_abs(c.h0, gdn::kWyTcHalfMaxV);
+}
+
+bool wy_tc_u16(const Case& c) {
+  const char* e = std::getenv("GDN_WYTC_U16");
+  return e && std::strcmp(e, "1") == 0 && wy_tc_half_scheme(c);
 }
 
 const FoldPrecision& fold_precision(Arm arm, WyTcScheme scheme) {
@@ -213,8 +219,10 @@ Bound derive_bound(const FoldPrecision& f, const BoundInputs& in) {
 }
 
 Bound derive_bound(Arm arm, const Case& c) {
-  const WyTcScheme scheme =
-      arm == Arm::wy_tc && wy_tc_half_scheme(c) ? WyTcScheme::half : WyTcScheme::split;
+  const WyTcScheme scheme = arm != Arm::wy_tc     ? WyTcScheme::split
+                            : wy_tc_u16(c)          ? WyTcScheme::half_u16
+                            : wy_tc_half_scheme(c)  ? WyTcScheme::half
+                                                    : WyTcScheme::split;
   const FoldPrecision& f = fold_precision(arm, scheme);
   return derive_bound(f, bound_inputs(c, f.C));
 }

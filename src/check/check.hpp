@@ -81,12 +81,15 @@ Bound derive_bound(Arm arm, const Case& c);
 // fp32-valued mma operand bf16 hi + lo) and half (fp16 W, S, P, Vn in X, OS, OP; split T side and
 // ST). The library picks half where it runs (sm_90a, v9/v10 state pass) by the rule of
 // wy_tc_half_scheme; elsewhere it runs split, whose bound the half bound dominates.
-enum class WyTcScheme { split, half };
-const char* scheme_name(WyTcScheme s);  // "split", "half"
+enum class WyTcScheme { split, half, half_u16 };
+const char* scheme_name(WyTcScheme s);  // "split", "half", "half-u16"
 // The library's selection rule on the host: false if env GDN_WYTC_PRECISION is "split" or the io
 // dtype is not bf16; else true if it is "half" or every stored |q|, |k| <= gdn::kWyTcHalfMaxQK and
 // |v|, |h0| <= gdn::kWyTcHalfMaxV (raw values, before any in-kernel l2norm; NaN is outside).
 bool wy_tc_half_scheme(const Case& c);
+// The half scheme with U stored in fp16 between the passes: the library's rule (wy_tc.cu), half
+// and GDN_WYTC_U16=1.
+bool wy_tc_u16(const Case& c);
 
 // Per-fold unit roundoffs of an arm (the ONE table, in bounds.cpp; an arm author changes their
 // row with a justification there). 0 = that rounding does not happen in this arm. Each u_<fold>

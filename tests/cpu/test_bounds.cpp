@@ -237,5 +237,37 @@ TEST(Bounds, HalfRowDominatesSplitRow) {
   }
 }
 
+// The half-u16 row (U stored in fp16, GDN_WYTC_U16=1) is the half row plus one more fp16
+// rounding in X's entry; derive_bound picks it exactly where the rule says half and the switch
+// is on, and it is then looser than half (the switch reached the bound).
+TEST(Bounds, HalfU16RowAddsTheURounding) {
+  ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  const FoldPrecision &h = fold_precision(Arm::wy_tc, WyTcScheme::half),
+                      &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16);
+  EXPECT_STREQ(hu.scheme, "half-u16");
+  EXPECT_NEAR(hu.u_x * hu.u_x, h.u_x * h.u_x + 0x1.0p-22, 1e-3 * 0x1.0p-22);  // + (2^-11)^2
+  EXPECT_EQ(hu.u_wu, h.u_wu);
+  EXPECT_EQ(hu.u_st, h.u_st);
+  EXPECT_EQ(hu.u_os, h.u_os);
+  EXPECT_EQ(hu.u_op, h.u_op);
+  int i = 0;
+  for (const CaseSpec& sp : fixture_set()) {
+    if (sp.io_dtype != DType::bf16) continue;
+    const Case c = make_case(sp, kSeed + i++);
+    const bool half = wy_tc_half_scheme(c);
+    const Bound off = derive_bound(Arm::wy_tc, c);
+    EXPECT_FALSE(wy_tc_u16(c)) << sp.name();
+    ScopedEnv on("GDN_WYTC_U16", "1");
+    EXPECT_EQ(wy_tc_u16(c), half) << sp.name();
+    const Bound b = derive_bound(Arm::wy_tc, c);
+    if (half) {
+      EXPECT_GT(b.state, off.state) << sp.name();
+      EXPECT_NE(b.formula.find("half-u16"), std::string::npos) << b.formula;
+    } else {
+      EXPECT_EQ(b.state, off.state) << sp.name();  // split: the switch does not apply
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gdn::check

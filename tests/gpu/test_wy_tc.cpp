@@ -334,41 +334,62 @@ TEST(wy_tc, ChunkV7RolledEqualsUnrolledBitForBit) {
       });
 }
 
-// v7t (GDN_WYTC_CHUNK=v7t, session 11): v7 with the solve's row blocks on the tensor cores in
-// 3xTF32 (u_solve 2^-20 in the derived bound) and a shuffled warp index. On every v7 case, in
-// both operand schemes: it passes the oracle with the derived bound and the harness's negative
-// control, two runs are equal bit for bit, and it agrees with v7 (fp32 FFMA solve) to within the
-// solve's rounding (o: output roundings; state: 2e-5, as v7 against v2), while the final states
-// differ in some bits (the switch reached the kTc kernel).
-TEST(wy_tc, ChunkV7tTensorCoreSolvePassesOracle) {
+// v7w (GDN_WYTC_CHUNK=v7w, session 12): v7 with its warp index through a shuffle (no WARPSYNC
+// around mma.sync), the same operations in the same order: o and hT bit for bit v7's on every v7
+// case, in both operand schemes. The comparison can fail: v7neg against v7 differs
+// (ChunkV7NegativeControlFails).
+TEST(wy_tc, ChunkV7wEqualsV7BitForBit) {
   for_each_v7_case_in_both_schemes(
       680, [](const std::string& name, const check::Case& c, const std::string& prec) {
         const check::ArmOutput v7 = check::run_arm(Arm::wy_tc, c, true);
-        const check::ArmOutput t1 = run_chunk_variant(c, "v7t");
-        const check::ArmOutput t2 = run_chunk_variant(c, "v7t");
-        expect_bitwise_equal(t1, t2, name + " v7t twice (" + prec + ")");
-        ASSERT_TRUE(v7.status.ok()) << v7.status.message();
-        const check::Oracle ref = check::ref_serial(c);
-        check::Row r;
+        const check::ArmOutput w = run_chunk_variant(c, "v7w");
+        expect_bitwise_equal(v7, w, name + " v7 vs v7w (" + prec + ")");
+      });
+}
+
+// U stored in fp16 between the passes (GDN_WYTC_U16=1, session 12; the half scheme only). On
+// every v7 case, in both schemes: the oracle passes with the derived bound (the half-u16 row
+// where the rule says half) and the harness's negative control fails it; two runs are equal bit
+// for bit; the overlapped passes (forced) give the single pass's bits; where the scheme is half
+// the final state differs from the fp32-U run's in some bits (the switch took effect) and stays
+// within 1e-3 of it, where it is split the switch changes nothing.
+TEST(wy_tc, U16PassesOracle) {
+  for_each_v7_case_in_both_schemes(
+      720, [](const std::string& name, const check::Case& c, const std::string& prec) {
+        const check::ArmOutput f32u = check::run_arm(Arm::wy_tc, c, true);
+        ASSERT_TRUE(f32u.status.ok()) << f32u.status.message();
+        testutil::ScopedEnv u16("GDN_WYTC_U16", "1");
+        const bool half = check::wy_tc_u16(c);
+        const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
+        const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
+        expect_bitwise_equal(a, b, name + " u16 twice (" + prec + ")");
         {
-          testutil::ScopedEnv env("GDN_WYTC_CHUNK", "v7t");
-          r = check::evaluate(Arm::wy_tc, c, ref, true);
+          testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", "1");
+          const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
+          expect_bitwise_equal(a, seg, name + " u16 overlapped (" + prec + ")");
         }
-        const check::Metrics dO = check::compare(v7.o, t1.o);
-        const check::Metrics dS = check::compare(v7.hT, t1.hT);
-        std::printf("wy-tc chunk v7t %s (%s): o %.3e state %.3e (util %.3f / %.3f); vs v7: o "
+        const check::Oracle ref = check::ref_serial(c);
+        const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+        const check::Metrics dO = check::compare(f32u.o, a.o);
+        const check::Metrics dS = check::compare(f32u.hT, a.hT);
+        std::printf("wy-tc u16 %s (%s, %s): o %.3e state %.3e (util %.3f / %.3f); vs fp32 U: o "
                     "%.3e state %.3e\n",
-                    name.c_str(), prec.c_str(), r.o.rel_rms, r.state.rel_rms, r.util_o,
-                    r.util_state, dO.rel_rms, dS.rel_rms);
+                    name.c_str(), prec.c_str(), half ? "half-u16" : "split", r.o.rel_rms,
+                    r.state.rel_rms, r.util_o, r.util_state, dO.rel_rms, dS.rel_rms);
         EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
         EXPECT_TRUE(r.pass) << testutil::describe(r);
         EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-        EXPECT_LE(dO.rel_rms, 1e-3);
-        EXPECT_EQ(dO.nan_count, 0);
-        if (!v7.hT.empty()) {
-          EXPECT_LE(dS.rel_rms, 2e-5);
-          EXPECT_NE(testutil::first_bit_difference(v7.hT, t1.hT), -1)
-              << "v7t equals v7 bit for bit: the switch did not reach the tensor-core solve";
+        EXPECT_EQ(r.bound.formula.find("half-u16") != std::string::npos, half) << r.bound.formula;
+        if (!half) {
+          expect_bitwise_equal(f32u, a, name + " split ignores u16");
+        } else {
+          EXPECT_LE(dO.rel_rms, 1e-2);
+          EXPECT_EQ(dO.nan_count, 0);
+          if (!a.hT.empty()) {
+            EXPECT_LE(dS.rel_rms, 1e-3);
+            EXPECT_NE(testutil::first_bit_difference(f32u.hT, a.hT), -1)
+                << "fp16 U gave the fp32 U's bits: the switch did not take effect";
+          }
         }
       });
 }

@@ -189,8 +189,9 @@ struct Scheme {
   Fmt st_K = Fmt::f32, st_Vn = Fmt::f32;
   Fmt u_st = Fmt::f32;  // U as stored between the passes (rounded once to this format)
   // The solve's products (every product of the forward substitution, a superset of the GPU's row
-  // blocks): fp32; 3xTF32 as the v7t chunk kernel forms them; or one tf32 product (big * big
-  // only: what a kernel that dropped the split would do; a negative control).
+  // blocks): fp32; 3xTF32 as session 11's v7t chunk kernel formed them (removed after r46); or
+  // one tf32 product (big * big only: what a kernel that dropped the split would do; a negative
+  // control).
   enum class Solve { f32, tf32x3, tf32 } solve = Solve::f32;
   bool o_bf16 = true;  // round o to bf16 (the arm's output dtype)
   // With in-kernel l2norm: store the normalised q, k as bf16 and use them as the tiles (what
@@ -317,7 +318,7 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
   return true;
 }
 
-// 3xTF32 product as solve_row_block_tc forms it (src/cuda/wy_tc/wy_tc.cu): each operand split
+// 3xTF32 product as session 11's solve_row_block_tc formed it (removed after r46): each operand split
 // x = big + small, big = x rounded to tf32 by + half an ulp and clearing the low 13 bits, small =
 // x - big (exact) read by the tensor core as tf32, modelled as truncated (the larger error of
 // the two readings the bound allows); big*big + big*small + small*big, each product exact in

@@ -241,6 +241,9 @@ struct Workspace {
   // bounds.md): wh holds W rounded once to fp16 (wl not used), ph P rounded once to fp16 (pl not
   // used), qh Q converted to fp16 (exact inside gdn::kWyTcHalfMaxQK); kh stays the exact bf16 K^T
   // and u, gc, eq, ed are unchanged. Same tile layouts, 2-byte elements.
+  // U16 (ChunkParams::u16, half format only): U rounded once to fp16 from its fp32 accumulator,
+  // [NC, HV, C, V] halves in the first half of u's bytes, the same element order (ws_u order:
+  // a lane's four values of an n-tile are one 8-byte piece instead of one float4).
 };
 
 // Workspace layouts. A bf16 tile of NR rows (the mma's n index) and KC columns (its k index)
@@ -276,6 +279,7 @@ struct ChunkParams {
   bool tiled, l2norm;
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
+  bool u16;       // half format with U stored as fp16 (v7 only; see Workspace)
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -754,14 +758,15 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
 // ---- the chunk kernels' work layout (v6, docs/NOTES_wy_tc.md "v6 chunk kernel"; kept by v7) ----
 // Same workspace, same products and the same fold precision as v5; what changed is the work
 // layout:
-//   * X = (I + A)^-1 by blocks of 16: warp w inverts its diagonal block X_ww (solve_column on 16
-//     columns, fp32 FFMA); then, for row blocks I = 1..3, R_Ij = sum_{j <= k < I} A_Ik X_kj and
-//     X_Ij = -X_II R_Ij. Columns never interact, so a warp owns a fixed set of columns and runs
-//     all of its chain with __syncwarp only (one barrier after the diagonal blocks, one when X
-//     is complete). The row blocks in fp32 FFMA (solve_row_block: warp w owns columns
-//     16 j + 4 w .. + 3, 512 FMA per thread; checked against plain forward substitution on the
-//     CPU, fp64 and an fp32 mirror: same fp32 error level), or on the tensor cores in 3xTF32
-//     (solve_row_block_tc, the v7t variant, session 11).
+//   * X = (I + A)^-1 by blocks of 16, fp32 FFMA throughout (as v5's column solve): warp w inverts
+//     its diagonal block X_ww (solve_column on 16 columns); then, for row blocks I = 1..3,
+//     R_Ij = sum_{j <= k < I} A_Ik X_kj and X_Ij = -X_II R_Ij. Columns never interact, so warp w
+//     owns columns 16 j + 4 w .. 16 j + 4 w + 3 of every column block j and runs all of its chain
+//     with __syncwarp only (one barrier after the diagonal blocks, one when X is complete); every
+//     thread does 512 FMA instead of 2016 on half of the threads. Checked against plain forward
+//     substitution on the CPU (fp64 and an fp32 mirror of this code): same fp32 error level.
+//     (A 3xTF32 tensor-core form of the row blocks, v7t, was measured in r46 and removed: same
+//     kernel time, IPC 1.73 -> 1.49, the arm 3% slower; docs/NOTES_wy_tc.md.)
 //   * W = Y K skips the k-steps above the diagonal (warp w: w + 1 of 4); U is formed transposed,
 //     U^T = V^T Xb^T (A = V^T exact by ldmatrix.trans, B = Xb^T split hi + lo, the same two mma
 //     per product as v5's U = Xb V), warp w owning the token n-tiles w and 7 - w (5 k-steps per
@@ -828,107 +833,6 @@ __device__ __forceinline__ void solve_row_block(const float* sA, float* sX, int 
   __syncwarp();  // the next row block reads these rows
 }
 
-// Row block I (1..3) of X on the tensor cores (session 11, the v7t variant; not measured on
-// the GPU yet: the device was not lent after it was written). The FFMA form above takes 512 FMA
-// per thread, 22% of the v7 kernel's instructions in r45. For this warp's n-tiles t of 8
-// columns, R_It = sum_{j <= kb < I} A_{I,kb} X_{kb,t} (j = t / 2: X_{kb,t} = 0 for kb < j), staged
-// in place, then X_It = -X_II R_It. mma.sync m16n8k8 tf32 with both operands split x = big + small
-// and three products small*big + big*small + big*big ("3xTF32"). big is x rounded to tf32 (to
-// nearest, ties away: + half an ulp, then the low 13 bits cleared: two integer instructions; the
-// cvt.rna.tf32 instruction is emulated on sm_90, ~6 instructions); small = x - big is exact in
-// fp32 and goes to the mma as it is, which reads it as a tf32 value (low 13 bits dropped or
-// rounded: an error <= 2^-10 |small| <= 2^-21 |x|). With the dropped small*small (<= 2^-22 |x y|)
-// a product's error is <= ~2^-20 relative: u_solve in docs/bounds.md. Warp w owns n-tiles w and
-// 7 - w: tile t takes part in the row blocks I > t / 2, which balances the k-blocks per warp at
-// every step (I = 3: 3, 3, 2 + 1, 2 + 1). Columns never interact, so as before a warp's chain
-// needs __syncwarp only. sX holds the diagonal blocks (solve_column: full 16 x 16, zeros above
-// the diagonal) and the row blocks < I; sA holds A; both rows of stride LA (16-byte aligned rows:
-// ldmatrix reads 4 fp32 as one 8 x 8 b16 row, the tf32 A fragment's layout).
-__device__ __forceinline__ void split_tf32(float x, std::uint32_t& big, std::uint32_t& small) {
-  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  small = __float_as_uint(x - __uint_as_float(big));
-}
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4],
-                                         const std::uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// The 16 x 8 A operand by ldmatrix at a_addr, split.
-__device__ __forceinline__ void tf32_a(std::uint32_t (&ab)[4], std::uint32_t (&as)[4],
-                                       unsigned a_addr) {
-  std::uint32_t a[4];
-  ldsm_x4_a(a, a_addr);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) split_tf32(__uint_as_float(a[e]), ab[e], as[e]);
-}
-// d += A B (3xTF32), B (8 x 8) = rows tig, tig + 4 of column gid of a row-major fp32 tile: b_lane
-// points at the lane's element of row tig.
-template <int LA>
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const std::uint32_t (&ab)[4],
-                                           const std::uint32_t (&as)[4], const float* b_lane) {
-  std::uint32_t bb[2], bs[2];
-  split_tf32(b_lane[0], bb[0], bs[0]);
-  split_tf32(b_lane[4 * LA], bb[1], bs[1]);
-  mma_tf32(d, as, bb);
-  mma_tf32(d, ab, bs);
-  mma_tf32(d, ab, bb);
-}
-template <int I, int LA>
-__device__ __forceinline__ void solve_row_block_tc(const float* sA, float* sX, int warp,
-                                                   int lane) {
-  const int gid = lane >> 2, tig = lane & 3;
-  // ldmatrix .x4 rows: lane L gives row (L & 7) + 8 ((L >> 3) & 1), fp32 column 4 (L >> 4) of the
-  // 16 x 8 A tile (matrices: rows 0-7 / 8-15 x columns 0-3 / 4-7 = a0, a1, a2, a3).
-  const int lr = (lane & 7) + 8 * ((lane >> 3) & 1), lc = 4 * (lane >> 4);
-  const unsigned aA = smem_addr(sA + (16 * I + lr) * LA + lc);           // + kk floats
-  const unsigned aD = smem_addr(sX + (16 * I + lr) * LA + 16 * I + lc);  // X_II, + 8 k8 floats
-  const int tile[2] = {warp, 7 - warp};
-  const bool on[2] = {tile[0] < 2 * I, tile[1] < 2 * I};  // warp-uniform
-  float r[2][4] = {};
-#pragma unroll
-  for (int kb = 0; kb < I; ++kb) {
-    const bool use0 = on[0] && kb >= tile[0] / 2, use1 = on[1] && kb >= tile[1] / 2;
-    if (!use0 && !use1) continue;  // X_{kb,t} = 0 above the diagonal block
-#pragma unroll
-    for (int k8 = 0; k8 < 2; ++k8) {
-      const int kk = 16 * kb + 8 * k8;
-      std::uint32_t ab[4], as[4];
-      tf32_a(ab, as, aA + 4 * kk);  // A_{I,kb}, shared by the warp's tiles
-      if (use0) mma_3xtf32<LA>(r[0], ab, as, sX + (kk + tig) * LA + 8 * tile[0] + gid);
-      if (use1) mma_3xtf32<LA>(r[1], ab, as, sX + (kk + tig) * LA + 8 * tile[1] + gid);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < 2; ++s)
-    if (on[s]) {
-      float* o = sX + (16 * I + gid) * LA + 8 * tile[s] + 2 * tig;
-      *reinterpret_cast<float2*>(o) = make_float2(r[s][0], r[s][1]);
-      *reinterpret_cast<float2*>(o + 8 * LA) = make_float2(r[s][2], r[s][3]);
-    }
-  __syncwarp();
-  float x[2][4] = {};
-#pragma unroll
-  for (int k8 = 0; k8 < 2; ++k8) {
-    std::uint32_t ab[4], as[4];
-    tf32_a(ab, as, aD + 4 * 8 * k8);  // X_II
-#pragma unroll
-    for (int s = 0; s < 2; ++s)
-      if (on[s])
-        mma_3xtf32<LA>(x[s], ab, as, sX + (16 * I + 8 * k8 + tig) * LA + 8 * tile[s] + gid);
-  }
-  __syncwarp();  // every lane has read R
-#pragma unroll
-  for (int s = 0; s < 2; ++s)
-    if (on[s]) {
-      float* o = sX + (16 * I + gid) * LA + 8 * tile[s] + 2 * tig;
-      *reinterpret_cast<float2*>(o) = make_float2(-x[s][0], -x[s][1]);
-      *reinterpret_cast<float2*>(o + 8 * LA) = make_float2(-x[s][2], -x[s][3]);
-    }
-  __syncwarp();  // the next row block reads these rows
-}
-
 // ---- v7 chunk kernel (docs/NOTES_wy_tc.md, "v7 chunk kernel"; the default for bf16 io) ----
 // v6's arithmetic, operand values and summation order unchanged (results bitwise equal to v6,
 // checked on the GPU in r12 before v6 was removed);
@@ -966,12 +870,11 @@ template <int K, int V> struct ChunkSmemV7 {
 // process image, interleaved): 1.2-3% faster on every 27b / qwen3-next case (27b T = 32768 1.736
 // - 1.741 against 1.759 - 1.763 ms), although ncu times the kernel alone equal (281.0 vs 281.8 us
 // at T = 8192).
-// kTc (GDN_WYTC_CHUNK=v7t, an experiment; session 11, written after r45 and not yet measured on
-// the GPU): the warp index through a shuffle, so the compiler sees it as one value per warp and
-// the branches on it need no WARPSYNC around mma.sync / ldmatrix (r45: ~530 WARPSYNC and ~370 NOP
-// executed per block of 14.8 K), and the solve's row blocks on the tensor cores
-// (solve_row_block_tc; u_solve 2^-20, docs/bounds.md).
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kTc = false>
+// kWs (GDN_WYTC_CHUNK=v7w, an A/B variant; session 12): the warp index through a shuffle, so the
+// compiler sees it as one value per warp and the branches on it need no WARPSYNC around mma.sync
+// / ldmatrix (r45: ~530 WARPSYNC and ~370 NOP executed per block of 14.8 K). Same arithmetic in
+// the same order: results bit for bit v7's.
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kWs = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -993,9 +896,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  // kTc: the warp index through a shuffle from lane 0 (see above).
+  // kWs: the warp index through a shuffle from lane 0 (see above).
   const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x,
-            warp = kTc ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, lane = tid & 31;
+            warp = kWs ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
@@ -1226,15 +1129,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     }
   }
   __syncthreads();  // barrier 3: every diagonal block of X, every row of A and of sS, sD; q read
-  if constexpr (kTc) {
-    solve_row_block_tc<1, LA>(sA, sX, warp, lane);
-    solve_row_block_tc<2, LA>(sA, sX, warp, lane);
-    solve_row_block_tc<3, LA>(sA, sX, warp, lane);
-  } else {
-    solve_row_block<1, LA>(sA, sX, warp, lane);
-    solve_row_block<2, LA>(sA, sX, warp, lane);
-    solve_row_block<3, LA>(sA, sX, warp, lane);
-  }
+  solve_row_block<1, LA>(sA, sX, warp, lane);
+  solve_row_block<2, LA>(sA, sX, warp, lane);
+  solve_row_block<3, LA>(sA, sX, warp, lane);
   __syncthreads();  // barrier 4: X complete, A dead
 
   // The v tile into the bytes of A (zero-filled past the chunk's length); lands while W is formed.
@@ -1357,13 +1254,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][s][e] = -acc[mt][s][e];
     }
-    float4* U4 = reinterpret_cast<float4*>(p.ws.u + base * C * V);
+    if (p.u16) {  // fp16 U (Workspace, U16): same order, 8-byte pieces
+      uint2* U2 = reinterpret_cast<uint2*>(p.ws.u) + base * C * V / 4;
 #pragma unroll
-    for (int mt = 0; mt < V / 16; ++mt) {
-      U4[(mt >> 2) * 1024 + t0 * 128 + (mt & 3) * 32 + lane] =
-          make_float4(acc[mt][0][0], acc[mt][0][1], acc[mt][0][2], acc[mt][0][3]);
-      U4[(mt >> 2) * 1024 + t1 * 128 + (mt & 3) * 32 + lane] =
-          make_float4(acc[mt][1][0], acc[mt][1][1], acc[mt][1][2], acc[mt][1][3]);
+      for (int mt = 0; mt < V / 16; ++mt) {
+        U2[(mt >> 2) * 1024 + t0 * 128 + (mt & 3) * 32 + lane] =
+            make_uint2(pack_f16(acc[mt][0][0], acc[mt][0][1]), pack_f16(acc[mt][0][2], acc[mt][0][3]));
+        U2[(mt >> 2) * 1024 + t1 * 128 + (mt & 3) * 32 + lane] =
+            make_uint2(pack_f16(acc[mt][1][0], acc[mt][1][1]), pack_f16(acc[mt][1][2], acc[mt][1][3]));
+      }
+    } else {
+      float4* U4 = reinterpret_cast<float4*>(p.ws.u + base * C * V);
+#pragma unroll
+      for (int mt = 0; mt < V / 16; ++mt) {
+        U4[(mt >> 2) * 1024 + t0 * 128 + (mt & 3) * 32 + lane] =
+            make_float4(acc[mt][0][0], acc[mt][0][1], acc[mt][0][2], acc[mt][0][3]);
+        U4[(mt >> 2) * 1024 + t1 * 128 + (mt & 3) * 32 + lane] =
+            make_float4(acc[mt][1][0], acc[mt][1][1], acc[mt][1][2], acc[mt][1][3]);
+      }
     }
   }
 }
@@ -1434,8 +1342,8 @@ SideStream& side_stream() {
 // Chunk kernel variant: 2 = v2 (any io), 7 = v7 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
 // with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
 // measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
-// negative control (U negated; tests only); v7u (9) = v7 unrolled; v7t (10) = v7 with the
-// tensor-core solve (kTc; an experiment, not the default until measured).
+// negative control (U negated; tests only); v7u (9) = v7 unrolled; v7w (10) = v7 with the
+// shuffled warp index (kWs; an A/B variant).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
@@ -1448,7 +1356,7 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
-  if (env_is("GDN_WYTC_CHUNK", "v7t")) return 10;  // v7, tensor-core solve (session 11, kTc)
+  if (env_is("GDN_WYTC_CHUNK", "v7w")) return 10;  // v7, shuffled warp index (kWs)
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1503,6 +1411,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool half = want_v9 && !env_is("GDN_WYTC_PRECISION", "split") &&
                     (env_is("GDN_WYTC_PRECISION", "half") ||
                      (a.o.dtype != DType::f32 && !detail::wide_values()));
+  // U stored in fp16 between the passes (half scheme only; Workspace U16, docs/bounds.md):
+  // GDN_WYTC_U16=1 (session 12, an A/B variant until measured).
+  const bool u16 = half && env_is("GDN_WYTC_U16", "1");
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1580,6 +1491,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.scale = pr.scale;
     cp.exact_ws = exact_ws;
     cp.half_ws = half;
+    cp.u16 = u16;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1670,6 +1582,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    if (v9 && half && u16)
+      return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
+                StateSmemWg<K, V, true, true, true>::bytes,
+                "wy_tc_state_kernel_wg9 (half, fp16 U) launch");
     if (v9 && half)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
                 "wy_tc_state_kernel_wg9 (half) launch");

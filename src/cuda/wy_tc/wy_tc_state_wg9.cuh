@@ -115,12 +115,14 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // fp16; W, Q fp16 tiles), OP = Vn^T P^T one fp16 product (Vn^T rounded once); ST unchanged (Vn^T
 // diag(ed) split bf16 hi + lo times the exact bf16 K). 9 units of 64^3 MACs per chunk instead of
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
-template <typename TOut, int K, int V, bool kHalf = false>
+// kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
+// widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
-  using Sm = StateSmemWg<K, V, true, kHalf>;
+  using Sm = StateSmemWg<K, V, true, kHalf, kU16>;
   constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
@@ -265,7 +267,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::commit();
     wg::wait<1>();  // X(c) done (OS(c) may run)
     wg::keep(xw);
-    const float4* sU = reinterpret_cast<const float4*>(smem_wg + b * Sm::kStrideA + Sm::oU);
+    using UPiece = std::conditional_t<kU16, uint2, float4>;  // a lane's four U values
+    const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + Sm::oU);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
     wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)

@@ -144,15 +144,17 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 // (32.25 KiB); two buffers each (NBUF = 2, 193 KiB), so a chunk's tiles load during the whole
 // previous chunk. Half format (kHalf, kExact too; Workspace::half_ws): no W lo, P lo tiles (oWl, oPl
 // unused): A = W, Q (fp16), U slice, eq (48.25 KiB); B = P (fp16), K^T, ed (24.25 KiB).
+// kU16 (half format with fp16 U, Workspace U16): the U slice is 8 KiB (A 40.25 KiB).
 // Every tile 128-byte aligned.
-template <int K, int V, bool kExact, bool kHalf = false> struct StateSmemWg {
+template <int K, int V, bool kExact, bool kHalf = false, bool kU16 = false> struct StateSmemWg {
   static_assert(kExact || !kHalf, "the half format is an exact format");
-  static constexpr bool kHalfFmt = kHalf;
+  static_assert(kHalf || !kU16, "fp16 U only in the half format");
+  static constexpr bool kHalfFmt = kHalf, kU16Fmt = kU16;
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
-  static constexpr int kU = C * VS * 4;  // bytes of the block's U slice (ws_u order)
+  static constexpr int kU = C * VS * (kU16 ? 2 : 4);  // bytes of the block's U slice (ws_u order)
   static constexpr int kVec = C * 4;     // bytes of eq or ed
   // offsets inside one A buffer / one B buffer
   static constexpr int oWh = 0, oWl = kCK, oQh = kHalf ? kCK : 2 * kCK, oQl = 3 * kCK;
@@ -201,7 +203,12 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
     cuda::bulk_g2s(d + Sm::oWl, p.ws.wl + base * C * K / 2, Sm::kCK, &bar[b]);
   cuda::bulk_g2s(d + Sm::oQh, p.ws.qh + bq * C * K / 2, Sm::kCK, &bar[b]);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oQl, p.ws.ql + base * C * K / 2, Sm::kCK, &bar[b]);
-  cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
+  if constexpr (Sm::kU16Fmt)  // fp16 U: [NC, HV, C, V] halves at the start of ws.u
+    cuda::bulk_g2s(d + Sm::oU,
+                   reinterpret_cast<const __half*>(p.ws.u) + base * C * V + slice * C * VS,
+                   Sm::kU, &bar[b]);
+  else
+    cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
 }
 template <typename Sm, int K, bool kExact>
@@ -271,6 +278,21 @@ __device__ __forceinline__ void wg_vn(float (&vn)[Cfg::kChunk / 8][4],
     vn[nt][1] = u4.y - xw[nt][1];
     vn[nt][2] = u4.z - xw[nt][2];
     vn[nt][3] = u4.w - xw[nt][3];
+  }
+}
+// The same with the U slice in fp16 (Workspace U16): the lane's four values are one 8-byte piece.
+__device__ __forceinline__ void wg_vn(float (&vn)[Cfg::kChunk / 8][4],
+                                      const float (&xw)[Cfg::kChunk / 8][4], const uint2* sU,
+                                      int warp, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kChunk / 8; ++nt) {
+    const uint2 u2 = sU[nt * 128 + warp * 32 + lane];
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u2.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u2.y));
+    vn[nt][0] = a.x - xw[nt][0];
+    vn[nt][1] = a.y - xw[nt][1];
+    vn[nt][2] = b.x - xw[nt][2];
+    vn[nt][3] = b.y - xw[nt][3];
   }
 }
 // dst = src diag(vec): accumulator columns (tokens) scaled by a per-token fp32 vector in shared
