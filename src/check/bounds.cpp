@@ -69,7 +69,8 @@ const FoldPrecision kTable[] = {
     {Arm::wy_tc, "half", 64, kF32, 0, kSplit, kSqrt2 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
      "fp16 single W, S (X), S (OS), P, Vn (OP); split bf16 T side (W, U) and Vn (ST); exact "
      "bf16 K K^T, Q K^T; fp32 accumulate and solve"},
-    // wy-tc, half scheme with U stored in fp16 between the passes (GDN_WYTC_U16=1; session 12):
+    // wy-tc, half scheme with U stored in fp16 between the passes (the default of the half
+    // scheme since session 12, r47; GDN_WYTC_U16=0 turns it off):
     // as half, plus U rounded once to fp16 after its fp32 accumulation. Like W's fp16 rounding
     // it comes after the solve (kappa does not multiply it) and enters through Vn = U - X, so
     // it joins X's operand roundings in quadrature:
@@ -125,7 +126,7 @@ bool wy_tc_half_scheme(const Case& c) {
 
 bool wy_tc_u16(const Case& c) {
   const char* e = std::getenv("GDN_WYTC_U16");
-  return e && std::strcmp(e, "1") == 0 && wy_tc_half_scheme(c);
+  return !(e && std::strcmp(e, "0") == 0) && wy_tc_half_scheme(c);
 }
 
 const FoldPrecision& fold_precision(Arm arm, WyTcScheme scheme) {

@@ -88,7 +88,7 @@ const char* scheme_name(WyTcScheme s);  // "split", "half", "half-u16"
 // |v|, |h0| <= gdn::kWyTcHalfMaxV (raw values, before any in-kernel l2norm; NaN is outside).
 bool wy_tc_half_scheme(const Case& c);
 // The half scheme with U stored in fp16 between the passes: the library's rule (wy_tc.cu), half
-// and GDN_WYTC_U16=1.
+// unless GDN_WYTC_U16=0.
 bool wy_tc_u16(const Case& c);
 
 // Per-fold unit roundoffs of an arm (the ONE table, in bounds.cpp; an arm author changes their

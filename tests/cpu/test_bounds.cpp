@@ -182,7 +182,11 @@ TEST(Bounds, WyTcHalfSchemeRule) {
   f32out.out_dtype = DType::f32;
   const Case cf32out = make_case(f32out, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf32out));  // auto: fp32 o keeps the split scheme
-  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half:"), std::string::npos);
+  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
+  {
+    ScopedEnv env("GDN_WYTC_U16", "0");  // U kept in fp32: the half row
+    EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half:"), std::string::npos);
+  }
   EXPECT_NE(derive_bound(Arm::wy_tc, cf16).formula.find("wy-tc split:"), std::string::npos);
   {
     ScopedEnv env("GDN_WYTC_PRECISION", "split");
@@ -210,6 +214,7 @@ TEST(Bounds, WyTcHalfSchemeRule) {
 // is valid (loose) where the library runs split for a case the rule calls half (not sm_90a).
 TEST(Bounds, HalfRowDominatesSplitRow) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  ScopedEnv u32("GDN_WYTC_U16", "0");  // the half row itself (half-u16: the next test)
   const FoldPrecision &s = fold_precision(Arm::wy_tc, WyTcScheme::split),
                       &h = fold_precision(Arm::wy_tc, WyTcScheme::half);
   EXPECT_STREQ(s.scheme, "split");
@@ -237,9 +242,10 @@ TEST(Bounds, HalfRowDominatesSplitRow) {
   }
 }
 
-// The half-u16 row (U stored in fp16, GDN_WYTC_U16=1) is the half row plus one more fp16
-// rounding in X's entry; derive_bound picks it exactly where the rule says half and the switch
-// is on, and it is then looser than half (the switch reached the bound).
+// The half-u16 row (U stored in fp16, the half scheme's default; GDN_WYTC_U16=0 turns it off)
+// is the half row plus one more fp16 rounding in X's entry; derive_bound picks it exactly where
+// the rule says half and the switch is not off, and it is then looser than half (the switch
+// reached the bound).
 TEST(Bounds, HalfU16RowAddsTheURounding) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
   const FoldPrecision &h = fold_precision(Arm::wy_tc, WyTcScheme::half),
@@ -255,11 +261,11 @@ TEST(Bounds, HalfU16RowAddsTheURounding) {
     if (sp.io_dtype != DType::bf16) continue;
     const Case c = make_case(sp, kSeed + i++);
     const bool half = wy_tc_half_scheme(c);
-    const Bound off = derive_bound(Arm::wy_tc, c);
-    EXPECT_FALSE(wy_tc_u16(c)) << sp.name();
-    ScopedEnv on("GDN_WYTC_U16", "1");
-    EXPECT_EQ(wy_tc_u16(c), half) << sp.name();
     const Bound b = derive_bound(Arm::wy_tc, c);
+    EXPECT_EQ(wy_tc_u16(c), half) << sp.name();
+    ScopedEnv off_env("GDN_WYTC_U16", "0");
+    EXPECT_FALSE(wy_tc_u16(c)) << sp.name();
+    const Bound off = derive_bound(Arm::wy_tc, c);
     if (half) {
       EXPECT_GT(b.state, off.state) << sp.name();
       EXPECT_NE(b.formula.find("half-u16"), std::string::npos) << b.formula;

@@ -182,7 +182,7 @@ TEST(PrecisionEmu, WyTcSchemesWithinDerivedBounds) {
   EXPECT_EQ(scheme("H").state_units(), 9);
 }
 
-// U stored in fp16 between the passes (the GPU arm's GDN_WYTC_U16=1, emulated as scheme H with
+// U stored in fp16 between the passes (the GPU arm's default in the half scheme, emulated as H with
 // u_st=fp16): within the half-u16 row's derived bound on the bench's inputs and the least damped
 // regime, and worse than H (the rounding was applied). The half bounds are loose (utilisation
 // below 0.1), so a scheme beyond the bound would have to be grossly wrong; the check that the

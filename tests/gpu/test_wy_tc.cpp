@@ -334,31 +334,22 @@ TEST(wy_tc, ChunkV7RolledEqualsUnrolledBitForBit) {
       });
 }
 
-// v7w (GDN_WYTC_CHUNK=v7w, session 12): v7 with its warp index through a shuffle (no WARPSYNC
-// around mma.sync), the same operations in the same order: o and hT bit for bit v7's on every v7
-// case, in both operand schemes. The comparison can fail: v7neg against v7 differs
-// (ChunkV7NegativeControlFails).
-TEST(wy_tc, ChunkV7wEqualsV7BitForBit) {
-  for_each_v7_case_in_both_schemes(
-      680, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        const check::ArmOutput v7 = check::run_arm(Arm::wy_tc, c, true);
-        const check::ArmOutput w = run_chunk_variant(c, "v7w");
-        expect_bitwise_equal(v7, w, name + " v7 vs v7w (" + prec + ")");
-      });
-}
-
-// U stored in fp16 between the passes (GDN_WYTC_U16=1, session 12; the half scheme only). On
-// every v7 case, in both schemes: the oracle passes with the derived bound (the half-u16 row
-// where the rule says half) and the harness's negative control fails it; two runs are equal bit
-// for bit; the overlapped passes (forced) give the single pass's bits; where the scheme is half
-// the final state differs from the fp32-U run's in some bits (the switch took effect) and stays
-// within 1e-3 of it, where it is split the switch changes nothing.
+// U stored in fp16 between the passes (the half scheme's default since session 12; GDN_WYTC_U16=0
+// keeps fp32 U). On every v7 case, in both schemes: the oracle passes with the derived bound (the
+// half-u16 row where the rule says half) and the harness's negative control fails it; two runs
+// are equal bit for bit; the overlapped passes (forced) give the single pass's bits; where the
+// scheme is half the final state differs from the fp32-U run's in some bits (the switch took
+// effect) and stays within 1e-3 of it, where it is split the switch changes nothing.
 TEST(wy_tc, U16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       720, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        const check::ArmOutput f32u = check::run_arm(Arm::wy_tc, c, true);
+        check::ArmOutput f32u;
+        {
+          testutil::ScopedEnv u32("GDN_WYTC_U16", "0");
+          f32u = check::run_arm(Arm::wy_tc, c, true);
+        }
         ASSERT_TRUE(f32u.status.ok()) << f32u.status.message();
-        testutil::ScopedEnv u16("GDN_WYTC_U16", "1");
+        testutil::ScopedEnv u16("GDN_WYTC_U16", nullptr);  // the default
         const bool half = check::wy_tc_u16(c);
         const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
         const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);

@@ -800,6 +800,8 @@ int run_bench(const BenchOptions& opt) {
     {  // wy-tc's operand scheme switch as set for this run (auto: half where it can run)
       const char* prec = std::getenv("GDN_WYTC_PRECISION");
       j["wy_tc_precision"] = prec && *prec ? prec : "auto";
+      const char* u16 = std::getenv("GDN_WYTC_U16");  // half scheme: U in fp16 unless "0"
+      j["wy_tc_u16"] = !(u16 && std::string(u16) == "0");
     }
     j["dtype"] = to_string(io);
     j["requested_arm"] = to_string(arm);

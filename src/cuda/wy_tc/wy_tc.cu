@@ -870,11 +870,10 @@ template <int K, int V> struct ChunkSmemV7 {
 // process image, interleaved): 1.2-3% faster on every 27b / qwen3-next case (27b T = 32768 1.736
 // - 1.741 against 1.759 - 1.763 ms), although ncu times the kernel alone equal (281.0 vs 281.8 us
 // at T = 8192).
-// kWs (GDN_WYTC_CHUNK=v7w, an A/B variant; session 12): the warp index through a shuffle, so the
-// compiler sees it as one value per warp and the branches on it need no WARPSYNC around mma.sync
-// / ldmatrix (r45: ~530 WARPSYNC and ~370 NOP executed per block of 14.8 K). Same arithmetic in
-// the same order: results bit for bit v7's.
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kWs = false>
+// (Session 12 measured the warp index through a shuffle, which makes the branches around
+// mma.sync warp-uniform: 91.4 M -> 86.9 M instructions at T = 8192, but 114 -> 126 registers and
+// 238.2 -> 240.0 us, the arm 3% slower at T = 32768 (r47); not kept.)
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -896,9 +895,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  // kWs: the warp index through a shuffle from lane 0 (see above).
-  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x,
-            warp = kWs ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, lane = tid & 31;
+  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
+            lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
@@ -1342,8 +1340,7 @@ SideStream& side_stream() {
 // Chunk kernel variant: 2 = v2 (any io), 7 = v7 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
 // with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
 // measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
-// negative control (U negated; tests only); v7u (9) = v7 unrolled; v7w (10) = v7 with the
-// shuffled warp index (kWs; an A/B variant).
+// negative control (U negated; tests only); v7u (9) = v7 unrolled.
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
@@ -1356,7 +1353,6 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
-  if (env_is("GDN_WYTC_CHUNK", "v7w")) return 10;  // v7, shuffled warp index (kWs)
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1411,9 +1407,14 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool half = want_v9 && !env_is("GDN_WYTC_PRECISION", "split") &&
                     (env_is("GDN_WYTC_PRECISION", "half") ||
                      (a.o.dtype != DType::f32 && !detail::wide_values()));
-  // U stored in fp16 between the passes (half scheme only; Workspace U16, docs/bounds.md):
-  // GDN_WYTC_U16=1 (session 12, an A/B variant until measured).
-  const bool u16 = half && env_is("GDN_WYTC_U16", "1");
+  // U stored in fp16 between the passes (half scheme only; Workspace U16; bound row half-u16,
+  // docs/bounds.md). The default there since r47 (cb5f272, one process image): 27b T = 32768
+  // 1.441 against 1.537 ms, 8 x 4096 1.461 against 1.554, T = 4096 0.218 against 0.229,
+  // qwen3-next T = 32768 1.124 against 1.201; the chunk kernel 238.2 -> 218.9 us at T = 8192
+  // (16 KiB less to write per chunk and value head), the 8 x 4096 state pass 612 -> 592 us.
+  // Cost: the final state's error 1.8e-5 -> 2.2e-4 at 27b T = 32768 (o 1.685e-3 -> 1.699e-3).
+  // GDN_WYTC_U16=0 keeps U in fp32.
+  const bool u16 = half && !env_is("GDN_WYTC_U16", "0");
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1506,14 +1507,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
         return Status::Ok();
       };
       Status ls;
-      if (chunk_v == 10) {
-        if (a.beta.dtype == DType::bf16)
-          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, true>)
-                            : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, true>);
-        else
-          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true, true>)
-                            : go(wy_tc_chunk_kernel_v7<float, K, V, false, true, true>);
-      } else if (chunk_v == 9) {
+      if (chunk_v == 9) {
         if (a.beta.dtype == DType::bf16)
           ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, false>)
                             : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, false>);
