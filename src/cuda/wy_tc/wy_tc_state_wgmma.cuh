@@ -266,33 +266,26 @@ __device__ __forceinline__ void wg_store_o(const StateParams& p, const unsigned 
   }
 }
 
+// A lane's four U values as fp32: a float4 (fp32 U) or an 8-byte piece of four halves (U16).
+__device__ __forceinline__ float4 u_piece(const float4& u) { return u; }
+__device__ __forceinline__ float4 u_piece(const uint2& u) {
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
 // Vn^T = U^T - X in the accumulator layout (U slice in ws_u order: this lane's four values of
-// n-tile nt are float4 number nt * 128 + 32 warp + lane).
+// n-tile nt are piece number nt * 128 + 32 warp + lane; UPiece float4 or, U16, uint2).
+template <typename UPiece>
 __device__ __forceinline__ void wg_vn(float (&vn)[Cfg::kChunk / 8][4],
-                                      const float (&xw)[Cfg::kChunk / 8][4], const float4* sU,
+                                      const float (&xw)[Cfg::kChunk / 8][4], const UPiece* sU,
                                       int warp, int lane) {
 #pragma unroll
   for (int nt = 0; nt < Cfg::kChunk / 8; ++nt) {
-    const float4 u4 = sU[nt * 128 + warp * 32 + lane];
+    const float4 u4 = u_piece(sU[nt * 128 + warp * 32 + lane]);
     vn[nt][0] = u4.x - xw[nt][0];
     vn[nt][1] = u4.y - xw[nt][1];
     vn[nt][2] = u4.z - xw[nt][2];
     vn[nt][3] = u4.w - xw[nt][3];
-  }
-}
-// The same with the U slice in fp16 (Workspace U16): the lane's four values are one 8-byte piece.
-__device__ __forceinline__ void wg_vn(float (&vn)[Cfg::kChunk / 8][4],
-                                      const float (&xw)[Cfg::kChunk / 8][4], const uint2* sU,
-                                      int warp, int lane) {
-#pragma unroll
-  for (int nt = 0; nt < Cfg::kChunk / 8; ++nt) {
-    const uint2 u2 = sU[nt * 128 + warp * 32 + lane];
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u2.x));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u2.y));
-    vn[nt][0] = a.x - xw[nt][0];
-    vn[nt][1] = a.y - xw[nt][1];
-    vn[nt][2] = b.x - xw[nt][2];
-    vn[nt][3] = b.y - xw[nt][3];
   }
 }
 // dst = src diag(vec): accumulator columns (tokens) scaled by a per-token fp32 vector in shared
