@@ -264,6 +264,82 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
+// Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
+// the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; the default starts at 256
+// chunks). The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the
+// oracle; the negative control (GDN_WYTC_VGROUPS=negctl: 2 groups, the second group's h0
+// dropped) must differ, which also shows that the grouped path is the one that ran. The sets
+// hold empty and short sequences, and more groups asked for than fit.
+TEST(WyTcState, VarlenGroupsEqualSinglePass) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  struct GroupCase {
+    StateCase sc;
+    const char* groups;
+  };
+  std::vector<GroupCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 700, 64, 0}, 2, 6, 128, 128);
+    s.h0 = true;
+    s.decay = check::Decay::slow;
+    cs.push_back({{"L300x0x1029x17x700x64x0_HK2_HV6_K128_V128_bf16_h0", s}, "3"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({129, 65, 200}, 1, 2, 64, 64);
+    s.out_dtype = gdn::DType::f32;
+    s.state_layout = gdn::StateLayout::vk;
+    s.l2norm_in_kernel = true;
+    s.h0 = true;
+    cs.push_back({{"L129x65x200_HK1_HV2_K64_V64_f32out_vk_l2norm_h0", s}, "8"});
+  }
+  int seed = 400;
+  for (const GroupCase& gc : cs) {
+    const StateCase& sc = gc.sc;
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    check::ArmOutput grp, one, bad;
+    {
+      testutil::ScopedEnv force("GDN_WYTC_VGROUPS", gc.groups);
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc varlen groups (%s) %s: o %.3e state %.3e (util %.3f / %.3f)\n",
+                  gc.groups, sc.name, r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+      grp = check::run_arm(Arm::wy_tc, c, true);
+    }
+    {
+      testutil::ScopedEnv env("GDN_WYTC_VGROUPS", "0");
+      one = check::run_arm(Arm::wy_tc, c, true);
+    }
+    {
+      testutil::ScopedEnv env("GDN_WYTC_VGROUPS", "negctl");
+      bad = check::run_arm(Arm::wy_tc, c, true);
+    }
+    ASSERT_TRUE(grp.status.ok() && one.status.ok() && bad.status.ok())
+        << grp.status.message() << one.status.message() << bad.status.message();
+    ASSERT_EQ(grp.o.size(), one.o.size());
+    ASSERT_EQ(grp.hT.size(), one.hT.size());
+    ASSERT_EQ(bad.hT.size(), one.hT.size());
+    std::size_t diff_o = 0, diff_s = 0, bad_o = 0, bad_s = 0;
+    for (std::size_t i = 0; i < grp.o.size(); ++i) {
+      diff_o += !(grp.o[i] == one.o[i]);
+      bad_o += !(bad.o[i] == one.o[i]);
+    }
+    for (std::size_t i = 0; i < grp.hT.size(); ++i) {
+      diff_s += !(grp.hT[i] == one.hT[i]);
+      bad_s += !(bad.hT[i] == one.hT[i]);
+    }
+    std::printf("wy-tc varlen groups vs single pass %s: %zu of %zu o, %zu of %zu state differ; "
+                "negative control: %zu o, %zu state differ\n",
+                sc.name, diff_o, grp.o.size(), diff_s, grp.hT.size(), bad_o, bad_s);
+    EXPECT_EQ(diff_o, 0u);
+    EXPECT_EQ(diff_s, 0u);
+    EXPECT_GT(bad_o, 0u) << "dropping a group's h0 changed nothing: the grouped path did not run";
+    EXPECT_GT(bad_s, 0u);
+  }
+}
+
 std::size_t count_differ(const std::vector<double>& a, const std::vector<double>& b) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) n += !(a[i] == b[i]);

@@ -467,6 +467,7 @@ struct StateParams {
   bool tiled;    // head map (value head h reads key head h % HK if tiled, else h / (HV / HK))
   float qk_inv;  // 1 / HK if tiled, else HK / HV (wg_qk_tile)
   int seg_c0, seg_c1;  // v9 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
+  int seq0;            // the sequence of blockIdx.x = 0 (a varlen group's first; else 0)
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
@@ -611,7 +612,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel(StatePar
   const unsigned sb = static_cast<unsigned>(__cvta_generic_to_shared(smem_u32));
   const float* sU = reinterpret_cast<const float*>(smem_u32 + Sm::U);  // U slice, ws_u order
 
-  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV, n = blockIdx.x / (NS * p.HV);
+  const int slice = blockIdx.x % NS, h = (blockIdx.x / NS) % p.HV,
+            n = p.seq0 + blockIdx.x / (NS * p.HV);
   const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, warp = threadIdx.x >> 5;
   const int v0 = slice * VS + warp * 16;
   const std::int64_t nh = static_cast<std::int64_t>(n) * p.HV + h;
@@ -1557,14 +1559,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   sp.tiled = pr.head_map == HeadMap::tiled;
   sp.qk_inv = 1.f / static_cast<float>(sp.tiled ? pr.HK : pr.HV / pr.HK);
   sp.ws = ws;
-  const std::int64_t blocks = static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice);
-  if (blocks > 0x7fffffff) return Status::Unsupported("wy-tc: too many state blocks");
+  if (static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice) > 0x7fffffff)
+    return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
-  auto run_state = [&](StateParams spp, cudaStream_t stream) -> Status {
+  // The state pass of `nseq` sequences from spp.seq0 on `stream`.
+  auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
+  const std::int64_t blocks = static_cast<std::int64_t>(nseq) * pr.HV * (V / SCfg::kVSlice);
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
     using TOut = decltype(tout);
     constexpr std::int64_t kEs = sizeof(TOut);
@@ -1597,10 +1601,75 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   });
   };
 
-  if (!overlap) {
+  // Varlen groups (several sequences, host offsets known, the v9 pass): the sequences are cut
+  // into runs of whole sequences (groups) with about equal chunk counts; the chunk kernels of
+  // group i + 1 run on `st` while the state pass of group i runs on the side stream (as the
+  // segments below, without a carry: no sequence spans two groups). Same blocks, same
+  // arithmetic: the results equal the single pass bit for bit. GDN_WYTC_VGROUPS=0 disables it,
+  // =n asks for n groups wherever it can run (tests, experiments), =negctl forces 2 groups
+  // and drops the second group's h0 (negative control). Default: 4 groups from 256 chunks
+  // (before measuring; see docs/NOTES_wy_tc.md "Varlen groups").
+  std::vector<int> group_n0;  // first sequence of each group, then N
+  if (!overlap && v9 && s.N >= 2 && offs.host && plan.exact) {
+    const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
+    int want = NC >= 256 ? 4 : 0;
+    if (vneg) want = 2;
+    else if (const char* e = std::getenv("GDN_WYTC_VGROUPS")) want = std::max(0, std::atoi(e));
+    want = std::min(want, s.N);
+    if (want >= 2) {
+      // Cut before sequence n where the chunks so far first reach g * NC / want.
+      std::int64_t acc = 0;
+      group_n0.push_back(0);
+      for (int n = 0; n < s.N; ++n) {
+        const std::int64_t L = std::max<std::int64_t>(0, offs.host[n + 1] - offs.host[n]);
+        const int g = static_cast<int>(group_n0.size());
+        if (n > group_n0.back() && acc > 0 && g < want && acc * want >= g * NC)
+          group_n0.push_back(n);
+        acc += (L + C - 1) / C;
+      }
+      group_n0.push_back(s.N);
+      if (group_n0.size() < 3) group_n0.clear();  // one group: the plain passes
+    }
+  }
+  if (!overlap && group_n0.empty()) {
     Status ls = run_chunks(0, NC, st);
     if (!ls.ok()) return ls;
-    return run_state(sp, st);
+    return run_state(sp, s.N, st);
+  }
+  if (!overlap) {
+    const int ng = static_cast<int>(group_n0.size()) - 1;
+    const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
+    // Host copy of the first chunk of each sequence (the device table's `first`).
+    std::vector<std::int64_t> first(s.N + 1, 0);
+    for (int n = 0; n < s.N; ++n)
+      first[n + 1] = first[n] + (std::max<std::int64_t>(0, offs.host[n + 1] - offs.host[n]) +
+                                 C - 1) / C;
+    SideStream& side = side_stream();
+    std::lock_guard<std::mutex> lock(side.m);
+    Status ls = side.ensure(ng + 1);
+    if (!ls.ok()) return ls;
+    Status res = Status::Ok();
+    int recorded = 0;
+    for (int i = 0; i < ng && res.ok(); ++i) {
+      const int n0 = group_n0[i], n1 = group_n0[i + 1];
+      res = run_chunks(first[n0], first[n1], st);
+      if (!res.ok()) break;
+      res = cuda::from_cuda(cudaEventRecord(side.ev[i], st), "wy-tc groups: event record");
+      if (!res.ok()) break;
+      res = cuda::from_cuda(cudaStreamWaitEvent(side.s, side.ev[i], 0), "wy-tc groups: wait");
+      if (!res.ok()) break;
+      StateParams spi = sp;
+      spi.seq0 = n0;
+      if (i > 0 && vneg) spi.h0 = nullptr;  // negative control: the group's h0 is dropped
+      res = run_state(spi, n1 - n0, side.s);
+      ++recorded;
+    }
+    if (recorded > 0) {
+      Status j = cuda::from_cuda(cudaEventRecord(side.ev[ng], side.s), "wy-tc groups: join");
+      if (j.ok()) j = cuda::from_cuda(cudaStreamWaitEvent(st, side.ev[ng], 0), "wy-tc groups: join");
+      if (res.ok()) res = j;
+    }
+    return res;
   }
   // Overlapped passes (one sequence whose state blocks fill at most half of the SMs; the
   // conditions are at `overlap` above): the chunk kernels of segment i + 1 run on `st` while the state pass of
@@ -1627,7 +1696,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     spi.h0 = i == 0 ? sp.h0 : carry;
     spi.hT = i == nseg - 1 ? sp.hT : carry;
     if (i > 0 && overlap_negctl) spi.h0 = nullptr;  // negative control: the carry is dropped
-    res = run_state(spi, side.s);
+    res = run_state(spi, s.N, side.s);
     ++recorded;
   }
   // Join: `st` (and the scratch's stream-ordered free) waits for every state pass enqueued.

@@ -318,7 +318,8 @@ __device__ __forceinline__ WgBlock wg_begin(const StateParams& p, std::uint64_t 
   }
   __syncthreads();
   WgBlock b;
-  b.slice = blockIdx.x % NS, b.h = (blockIdx.x / NS) % p.HV, b.n = blockIdx.x / (NS * p.HV);
+  b.slice = blockIdx.x % NS, b.h = (blockIdx.x / NS) % p.HV;
+  b.n = p.seq0 + blockIdx.x / (NS * p.HV);
   b.lane = threadIdx.x & 31, b.tig = b.lane & 3, b.warp = threadIdx.x >> 5;
   b.v0 = b.slice * VS + b.warp * 16;
   b.nh = static_cast<std::int64_t>(b.n) * p.HV + b.h;
