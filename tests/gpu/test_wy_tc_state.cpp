@@ -265,10 +265,10 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
 }
 
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
-// the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; the default starts at 256
-// chunks). The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the
-// oracle; the negative control (GDN_WYTC_VGROUPS=negctl: 2 groups, the second group's h0
-// dropped) must differ, which also shows that the grouped path is the one that ran. The sets
+// the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; off by default since r48).
+// The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the oracle;
+// the negative control (GDN_WYTC_VGROUPS=negctl: 2 groups, the second group's h0 dropped)
+// must differ, which also shows that the grouped path is the one that ran. The sets
 // hold empty and short sequences, and more groups asked for than fit.
 TEST(WyTcState, VarlenGroupsEqualSinglePass) {
   if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";

@@ -804,7 +804,7 @@ int run_bench(const BenchOptions& opt) {
       j["wy_tc_u16"] = !(u16 && std::string(u16) == "0");
       // varlen groups (several sequences): "auto" (4 from 256 chunks), "0" off, n, "negctl"
       const char* vg = std::getenv("GDN_WYTC_VGROUPS");
-      j["wy_tc_vgroups"] = vg && *vg ? vg : "auto";
+      j["wy_tc_vgroups"] = vg && *vg ? vg : "0";
     }
     j["dtype"] = to_string(io);
     j["requested_arm"] = to_string(arm);

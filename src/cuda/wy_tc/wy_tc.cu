@@ -1605,14 +1605,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // into runs of whole sequences (groups) with about equal chunk counts; the chunk kernels of
   // group i + 1 run on `st` while the state pass of group i runs on the side stream (as the
   // segments below, without a carry: no sequence spans two groups). Same blocks, same
-  // arithmetic: the results equal the single pass bit for bit. GDN_WYTC_VGROUPS=0 disables it,
-  // =n asks for n groups wherever it can run (tests, experiments), =negctl forces 2 groups
-  // and drops the second group's h0 (negative control). Default: 4 groups from 256 chunks
-  // (before measuring; see docs/NOTES_wy_tc.md "Varlen groups").
+  // arithmetic: the results equal the single pass bit for bit. Off by default: r48 measured no
+  // gain (with several sequences the state pass already fills every SM, so a group's state
+  // blocks and the next group's chunk blocks split the SMs instead of sharing them; see
+  // docs/NOTES_wy_tc.md, session 13). GDN_WYTC_VGROUPS=n asks for n groups wherever it can run
+  // (tests, experiments), =negctl forces 2 groups and drops the second group's h0 (negative
+  // control).
   std::vector<int> group_n0;  // first sequence of each group, then N
   if (!overlap && v9 && s.N >= 2 && offs.host && plan.exact) {
     const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
-    int want = NC >= 256 ? 4 : 0;
+    int want = 0;
     if (vneg) want = 2;
     else if (const char* e = std::getenv("GDN_WYTC_VGROUPS")) want = std::max(0, std::atoi(e));
     want = std::min(want, s.N);
