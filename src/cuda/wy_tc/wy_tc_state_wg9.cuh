@@ -120,7 +120,7 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
-  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   using Sm = StateSmemWg<K, V, true, kHalf, kU16>;
   constexpr int NBUF = Sm::NBUF;

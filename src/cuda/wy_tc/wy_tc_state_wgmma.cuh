@@ -334,7 +334,7 @@ __device__ __forceinline__ WgBlock wg_begin(const StateParams& p, std::uint64_t 
 template <typename TOut, int K, int V, bool kExact>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
-  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, NS = V / VS;
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   using Sm = StateSmemWg<K, V, kExact>;
   constexpr int NBUF = Sm::NBUF;
