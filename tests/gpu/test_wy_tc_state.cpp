@@ -66,6 +66,36 @@ std::vector<StateCase> cases() {
   return v;
 }
 
+// x (a variant that must be bit-identical to the single pass `one`) and bad (its negative
+// control, which must differ): counts the differing o and state elements, prints them under
+// `what`, and expects none for x and some for bad.
+void expect_same_bits(const char* what, const char* name, const check::ArmOutput& x,
+                      const check::ArmOutput& one, const check::ArmOutput& bad,
+                      const char* neg_msg) {
+  ASSERT_TRUE(x.status.ok() && one.status.ok() && bad.status.ok())
+      << x.status.message() << one.status.message() << bad.status.message();
+  ASSERT_EQ(x.o.size(), one.o.size());
+  ASSERT_EQ(x.hT.size(), one.hT.size());
+  ASSERT_EQ(bad.o.size(), one.o.size());
+  ASSERT_EQ(bad.hT.size(), one.hT.size());
+  std::size_t diff_o = 0, diff_s = 0, bad_o = 0, bad_s = 0;
+  for (std::size_t i = 0; i < x.o.size(); ++i) {
+    diff_o += !(x.o[i] == one.o[i]);
+    bad_o += !(bad.o[i] == one.o[i]);
+  }
+  for (std::size_t i = 0; i < x.hT.size(); ++i) {
+    diff_s += !(x.hT[i] == one.hT[i]);
+    bad_s += !(bad.hT[i] == one.hT[i]);
+  }
+  std::printf("wy-tc %s vs single pass %s: %zu of %zu o, %zu of %zu state differ; "
+              "negative control: %zu o, %zu state differ\n",
+              what, name, diff_o, x.o.size(), diff_s, x.hT.size(), bad_o, bad_s);
+  EXPECT_EQ(diff_o, 0u);
+  EXPECT_EQ(diff_s, 0u);
+  EXPECT_GT(bad_o, 0u) << neg_msg;
+  EXPECT_GT(bad_s, 0u);
+}
+
 TEST(WyTcState, WgmmaMatchesMmaSyncAndOracle) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
   // The split scheme (v5 has no half variant): the same products on both passes.
@@ -241,26 +271,8 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
       testutil::ScopedEnv env("GDN_WYTC_OVERLAP", "negctl");
       bad = check::run_arm(Arm::wy_tc, c, true);
     }
-    ASSERT_TRUE(seg.status.ok() && one.status.ok() && bad.status.ok())
-        << seg.status.message() << one.status.message() << bad.status.message();
-    ASSERT_EQ(seg.o.size(), one.o.size());
-    ASSERT_EQ(seg.hT.size(), one.hT.size());
-    std::size_t diff_o = 0, diff_s = 0, bad_o = 0, bad_s = 0;
-    for (std::size_t i = 0; i < seg.o.size(); ++i) {
-      diff_o += !(seg.o[i] == one.o[i]);
-      bad_o += !(bad.o[i] == one.o[i]);
-    }
-    for (std::size_t i = 0; i < seg.hT.size(); ++i) {
-      diff_s += !(seg.hT[i] == one.hT[i]);
-      bad_s += !(bad.hT[i] == one.hT[i]);
-    }
-    std::printf("wy-tc overlapped vs single pass %s: %zu of %zu o, %zu of %zu state differ; "
-                "negative control: %zu o, %zu state differ\n",
-                sc.name, diff_o, seg.o.size(), diff_s, seg.hT.size(), bad_o, bad_s);
-    EXPECT_EQ(diff_o, 0u);
-    EXPECT_EQ(diff_s, 0u);
-    EXPECT_GT(bad_o, 0u) << "dropping the carry changed nothing: the segmented path did not run";
-    EXPECT_GT(bad_s, 0u);
+    expect_same_bits("overlapped", sc.name, seg, one, bad,
+                     "dropping the carry changed nothing: the segmented path did not run");
   }
 }
 
@@ -316,27 +328,8 @@ TEST(WyTcState, VarlenGroupsEqualSinglePass) {
       testutil::ScopedEnv env("GDN_WYTC_VGROUPS", "negctl");
       bad = check::run_arm(Arm::wy_tc, c, true);
     }
-    ASSERT_TRUE(grp.status.ok() && one.status.ok() && bad.status.ok())
-        << grp.status.message() << one.status.message() << bad.status.message();
-    ASSERT_EQ(grp.o.size(), one.o.size());
-    ASSERT_EQ(grp.hT.size(), one.hT.size());
-    ASSERT_EQ(bad.hT.size(), one.hT.size());
-    std::size_t diff_o = 0, diff_s = 0, bad_o = 0, bad_s = 0;
-    for (std::size_t i = 0; i < grp.o.size(); ++i) {
-      diff_o += !(grp.o[i] == one.o[i]);
-      bad_o += !(bad.o[i] == one.o[i]);
-    }
-    for (std::size_t i = 0; i < grp.hT.size(); ++i) {
-      diff_s += !(grp.hT[i] == one.hT[i]);
-      bad_s += !(bad.hT[i] == one.hT[i]);
-    }
-    std::printf("wy-tc varlen groups vs single pass %s: %zu of %zu o, %zu of %zu state differ; "
-                "negative control: %zu o, %zu state differ\n",
-                sc.name, diff_o, grp.o.size(), diff_s, grp.hT.size(), bad_o, bad_s);
-    EXPECT_EQ(diff_o, 0u);
-    EXPECT_EQ(diff_s, 0u);
-    EXPECT_GT(bad_o, 0u) << "dropping a group's h0 changed nothing: the grouped path did not run";
-    EXPECT_GT(bad_s, 0u);
+    expect_same_bits("varlen groups", sc.name, grp, one, bad,
+                     "dropping a group's h0 changed nothing: the grouped path did not run");
   }
 }
 
