@@ -1611,23 +1611,25 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // docs/NOTES_wy_tc.md, session 13). GDN_WYTC_VGROUPS=n asks for n groups wherever it can run
   // (tests, experiments), =negctl forces 2 groups and drops the second group's h0 (negative
   // control).
-  std::vector<int> group_n0;  // first sequence of each group, then N
+  std::vector<int> group_n0;        // first sequence of each group, then N
+  std::vector<std::int64_t> first;  // host copy of the table's `first` (groups only)
+  const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
   if (!overlap && v9 && s.N >= 2 && offs.host && plan.exact) {
-    const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
     int want = 0;
     if (vneg) want = 2;
     else if (const char* e = std::getenv("GDN_WYTC_VGROUPS")) want = std::max(0, std::atoi(e));
     want = std::min(want, s.N);
     if (want >= 2) {
+      first.assign(s.N + 1, 0);
+      for (int n = 0; n < s.N; ++n)
+        first[n + 1] = first[n] +
+                       (std::max<std::int64_t>(0, offs.host[n + 1] - offs.host[n]) + C - 1) / C;
       // Cut before sequence n where the chunks so far first reach g * NC / want.
-      std::int64_t acc = 0;
       group_n0.push_back(0);
-      for (int n = 0; n < s.N; ++n) {
-        const std::int64_t L = std::max<std::int64_t>(0, offs.host[n + 1] - offs.host[n]);
+      for (int n = 1; n < s.N; ++n) {
         const int g = static_cast<int>(group_n0.size());
-        if (n > group_n0.back() && acc > 0 && g < want && acc * want >= g * NC)
+        if (first[n] > 0 && g < want && first[n] * want >= g * NC)
           group_n0.push_back(n);
-        acc += (L + C - 1) / C;
       }
       group_n0.push_back(s.N);
       if (group_n0.size() < 3) group_n0.clear();  // one group: the plain passes
@@ -1640,12 +1642,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   }
   if (!overlap) {
     const int ng = static_cast<int>(group_n0.size()) - 1;
-    const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
-    // Host copy of the first chunk of each sequence (the device table's `first`).
-    std::vector<std::int64_t> first(s.N + 1, 0);
-    for (int n = 0; n < s.N; ++n)
-      first[n + 1] = first[n] + (std::max<std::int64_t>(0, offs.host[n + 1] - offs.host[n]) +
-                                 C - 1) / C;
     SideStream& side = side_stream();
     std::lock_guard<std::mutex> lock(side.m);
     Status ls = side.ensure(ng + 1);
