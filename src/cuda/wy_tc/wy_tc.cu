@@ -280,6 +280,11 @@ struct ChunkParams {
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
   bool u16;       // half format with U stored as fp16 (v7 only; see Workspace)
+  // Half format only: P's core matrices above the diagonal (column block > row block, 28 of 64
+  // at C = 64) are zero by construction. 0: written as zeros (the whole tile is read); 1: not
+  // written (the v9 pass copies only the lower blocks and zero-fills the rest once per block,
+  // StateParams::p_lower); 2: written as fp16 NaN (tests: must not reach o with p_lower on).
+  int p_lower;
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -468,6 +473,7 @@ struct StateParams {
   float qk_inv;  // 1 / HK if tiled, else HK / HV (wg_qk_tile)
   int seg_c0, seg_c1;  // v9 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
   int seq0;            // the sequence of blockIdx.x = 0 (a varlen group's first; else 0)
+  bool p_lower;    // v9 half only: P tiles copied without their zero upper blocks (ChunkParams)
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
@@ -1046,6 +1052,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       for (int e = 0; e < 4; e += 2) {
         const int i = m0 + acc_row(e);
         const int at = nt * C * 4 + (e >> 1) * 32;
+        // The word's core matrix: row block 2 warp + (e >> 1), column block nt; zero above the
+        // diagonal (with nt < ntiles: the block right of the warp's first diagonal block).
+        const bool upper = nt > 2 * warp + (e >> 1);
+        constexpr std::uint32_t kPoison = 0x7e007e00u;  // two fp16 quiet NaNs (p_lower 2)
         if (nt < ntiles) {
           // exp(G_i - G_j) = 2^((G_i - G_j) log2 e) by one ex2.approx: relative error
           // <= 2^-22 + |G_i - G_j| 2^-24 (the product's rounding), an fp32-level error like
@@ -1061,8 +1071,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
                           i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f);
           const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
           const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-          if (p.half_ws) Ph[at] = pack_f16(x0, x1);
-          else split_pair(x0, x1, Ph[at], Pl[at]);
+          if (upper && p.p_lower) {  // zero (column block nt > row block): not stored
+            if (p.p_lower == 2) Ph[at] = kPoison;
+          } else if (p.half_ws) {
+            Ph[at] = pack_f16(x0, x1);
+          } else {
+            split_pair(x0, x1, Ph[at], Pl[at]);
+          }
+        } else if (p.p_lower) {  // above the diagonal block, not read by the state pass
+          if (p.p_lower == 2) Ph[at] = kPoison;
         } else {  // above the diagonal block: P is zero (the state pass reads the whole tile)
           Ph[at] = 0u;
           if (!p.half_ws) Pl[at] = 0u;
@@ -1417,6 +1434,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Cost: the final state's error 1.8e-5 -> 2.2e-4 at 27b T = 32768 (o 1.685e-3 -> 1.699e-3).
   // GDN_WYTC_U16=0 keeps U in fp32.
   const bool u16 = half && !env_is("GDN_WYTC_U16", "0");
+  // P's zero upper blocks (half scheme; ChunkParams::p_lower): not written by the chunk kernel,
+  // not copied by the state pass (3.5 of P's 8 KiB per chunk and value head at C = 64).
+  // GDN_WYTC_PLOWER=0 writes and copies the whole tile (as before 2026-12-06); =poison writes
+  // NaN there (the state pass must not see it: tests); =negctl writes NaN and copies the whole
+  // tile (o must turn NaN: the negative control of the test).
+  const bool pl_negctl = half && env_is("GDN_WYTC_PLOWER", "negctl");
+  const int p_lower_chunk = !half || env_is("GDN_WYTC_PLOWER", "0") ? 0
+                            : pl_negctl || env_is("GDN_WYTC_PLOWER", "poison") ? 2
+                                                                                : 1;
+  const bool p_lower_state = p_lower_chunk != 0 && !pl_negctl;
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1495,6 +1522,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.exact_ws = exact_ws;
     cp.half_ws = half;
     cp.u16 = u16;
+    cp.p_lower = p_lower_chunk;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1562,6 +1590,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   if (static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice) > 0x7fffffff)
     return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
+  sp.p_lower = p_lower_state;  // read by the v9 half pass only (half implies v9)
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");

@@ -110,6 +110,25 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
   h[3] = pack_f16(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
 }
 
+// P's zero blocks (StateParams::p_lower, half format): the core matrices above the diagonal of
+// the P tile of both B buffers (column block kb, row blocks 0 .. kb - 1; never written by the
+// bulk copies then) set to zero once, made visible to the tensor cores' (async proxy) reads.
+// The caller's barrier follows before any wgmma reads P.
+template <typename Sm> __device__ __forceinline__ void wg9_zero_upper_p(unsigned char* smem) {
+#if GDN_WYTC_WG_DEVICE
+  constexpr int NB = Cfg::kChunk / 8, kPieces = Sm::NBUF * NB * NB * 8;  // 16-byte pieces
+  for (int q = threadIdx.x; q < kPieces; q += SCfg::kThreads) {
+    const int blk = (q >> 3) % (NB * NB), b = (q >> 3) / (NB * NB);  // blk = kb * NB + nb
+    if (blk % NB < blk / NB)
+      *reinterpret_cast<uint4*>(smem + Sm::oB + b * Sm::kStrideB + Sm::oPh + blk * 128 +
+                                (q & 7) * 16) = make_uint4(0u, 0u, 0u, 0u);
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  (void)smem;
+#endif
+}
+
 // v9: see the top of this file. kHalf (v10, the half operand scheme, docs/bounds.md; the half
 // workspace format): X = S^T W^T and OS = S^T Q^T as ONE fp16 product each (S^T rounded once to
 // fp16; W, Q fp16 tiles), OP = Vn^T P^T one fp16 product (Vn^T rounded once); ST unchanged (Vn^T
@@ -145,6 +164,10 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
       wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
     }
+  if (kHalf && p.p_lower) {  // the copies above skip P's zero blocks: zero them here
+    wg9_zero_upper_p<Sm>(smem_wg);
+    __syncthreads();
+  }
   // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
   // d0 + off / 16 + (lbo / 16 << 16), d0 = the start-address field of smem_wg (no field
   // overlaps: the start address is bits 0-13, LBO bits 16-29). One base per buffer and chunk.

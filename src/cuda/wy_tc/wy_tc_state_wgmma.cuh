@@ -220,8 +220,20 @@ __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* 
   std::uint64_t* bb = &bar[Sm::NBUF + b];
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
   const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
-  cuda::mbar_arrive_tx(bb, Sm::kBytesB);
-  cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
+  if (Sm::kHalfFmt && p.p_lower) {
+    // P without its zero blocks: column block kb (NB core matrices of 128 bytes, row blocks
+    // 0 .. NB - 1) from row block kb on; the blocks above stay as wg9_zero_upper_p left them.
+    constexpr int NB = C / 8, kZero = NB * (NB - 1) / 2 * 128;
+    cuda::mbar_arrive_tx(bb, Sm::kBytesB - kZero);
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(p.ws.ph + base * C * C / 2);
+#pragma unroll
+    for (int kb = 0; kb < NB; ++kb)
+      cuda::bulk_g2s(d + Sm::oPh + (NB + 1) * kb * 128, src + (NB + 1) * kb * 128,
+                     (NB - kb) * 128, bb);
+  } else {
+    cuda::mbar_arrive_tx(bb, Sm::kBytesB);
+    cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
+  }
   if constexpr (!Sm::kHalfFmt) cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
   cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
