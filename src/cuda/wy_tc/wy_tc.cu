@@ -43,6 +43,8 @@
 //     pulled per chunk (two blocks per head read the same tiles, the second mostly from L2).
 //   Both passes are bound by the 144 KiB per (chunk, head) of workspace (3.5 GB written and
 //   >= 3.5 GB read at T = 32768) and by the per-chunk latency of the 672 dependent-ish mma's.
+#include <cuda.h>  // CUtensorMap (the raw-K tensor copy; the encoder via the runtime's entry point)
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -285,6 +287,9 @@ struct ChunkParams {
   // written (the v9 pass copies only the lower blocks and zero-fills the rest once per block,
   // StateParams::p_lower); 2: written as fp16 NaN (tests: must not reach o with p_lower on).
   int p_lower;
+  // K^T (exact format): 0 written by the key head's first value head; 1 not written (the v9 pass
+  // reads the raw k rows, StateParams::k_raw); 2 written as bf16 NaN (tests, as p_lower 2).
+  int k_raw;
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -1119,7 +1124,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   }
   __syncwarp();  // the warp's A rows written, its q rows read: X_ww may overwrite them
   solve_column<LA, 16>(sA + m0 * LA + m0, sX + m0 * LA + m0, lane & 15);  // lanes 16-31 repeat 0-15
-  if (warp < 2 && qk_writer) {
+  if (warp < 2 && qk_writer && p.k_raw == 2) {  // tests: K^T poisoned (must not be read)
+    std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
+    for (int i = tid; i < K * C / 2; i += 64) Kh[i] = 0x7fc07fc0u;  // two bf16 quiet NaNs
+  } else if (warp < 2 && qk_writer && p.k_raw == 0) {
     // Kd^T as v6 (ldmatrix.trans of the k tile, x4 group g = matrices 4 g .. 4 g + 3 of the
     // ws_word<K> order).
     std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
@@ -1303,6 +1311,43 @@ using cuda::env_is;
 // With the exact workspace format the wgmma pass is v9 (software-pipelined groups, r19: v8's
 // schedule with less bookkeeping); GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit
 // for bit; A/B runs).
+// The tensor map of the raw-K copy (wy_tc_state_kernel_wg9 with kKRaw): k [T, HK, K] bf16 seen
+// as 4-D (8 keys, T tokens, K / 8 key blocks, HK heads) with byte strides (k_st 2, 16, k_sh 2),
+// box {8, C, K / 8, 1}: one box is a chunk's C x K tile laid out key block by key block (C rows
+// of 16 bytes each), the N-major canonical layout of wgmma's B. False (the caller keeps the K^T
+// copy) where the copy engine cannot address k (alignment, strides), or the driver has no
+// encoder.
+bool wg_k_raw_map(const TensorView& k, int HK, int K, CUtensorMap* map) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (!encode || k.dtype != DType::bf16 || K % 8 != 0 || K / 8 > 256) return false;
+  const std::int64_t T = k.shape[0];
+  const std::uint64_t st = static_cast<std::uint64_t>(k.stride[0]) * 2,
+                      sh = static_cast<std::uint64_t>(k.stride[1]) * 2;
+  if (T <= 0 || reinterpret_cast<std::uintptr_t>(k.data) % 16 != 0 || st % 16 != 0 ||
+      sh % 16 != 0 || k.stride[2] != 1 || st >= (1ull << 40) || sh >= (1ull << 40) ||
+      T > 0x7fffffff)
+    return false;
+  const cuuint64_t dims[4] = {8, static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(K / 8),
+                              static_cast<cuuint64_t>(HK)};
+  const cuuint64_t strides[3] = {st, 16, sh};
+  const cuuint32_t box[4] = {8, static_cast<cuuint32_t>(Cfg::kChunk),
+                             static_cast<cuuint32_t>(K / 8), 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(k.data), dims,
+                strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 bool use_wg_state() {
 #if defined(GDN_SM90A)
   if (env_is("GDN_WYTC_STATE", "v5")) return false;
@@ -1444,6 +1489,18 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                             : pl_negctl || env_is("GDN_WYTC_PLOWER", "poison") ? 2
                                                                                 : 1;
   const bool p_lower_state = p_lower_chunk != 0 && !pl_negctl;
+  // Raw K (v9 half pass with fp16 U; StateParams::k_raw): the state pass reads the k rows by a
+  // tensor copy and the chunk kernel writes no K^T tile (16 KiB per chunk and key head).
+  // GDN_WYTC_KRAW=1 asks for it (an experiment, off by default until measured); =poison also
+  // writes NaN into the K^T tiles (not read: same bits); =negctl writes NaN there and reads the
+  // tiles (o and the state must change). Needs a k tensor the copy engine can address
+  // (wg_k_raw_map): else the K^T copy as before.
+  const bool kr_negctl = env_is("GDN_WYTC_KRAW", "negctl");
+  const bool kr_poison = kr_negctl || env_is("GDN_WYTC_KRAW", "poison");
+  const bool kr_want = half && u16 && (kr_poison || env_is("GDN_WYTC_KRAW", "1"));
+  CUtensorMap k_map{};
+  const bool k_raw = kr_want && !kr_negctl && wg_k_raw_map(a.k, pr.HK, K, &k_map);
+  const int k_raw_chunk = !kr_want ? 0 : kr_poison ? 2 : k_raw ? 1 : 0;
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1523,6 +1580,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.half_ws = half;
     cp.u16 = u16;
     cp.p_lower = p_lower_chunk;
+    cp.k_raw = k_raw_chunk;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1609,16 +1667,26 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    auto go9 = [&](auto kern, std::size_t smem, const char* name) -> Status {  // v9: + the map
+      GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+      kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp, k_map);
+      return cuda::from_cuda(cudaGetLastError(), name);
+    };
+    if (v9 && half && u16 && k_raw)
+      return go9(wy_tc_state_kernel_wg9<TOut, K, V, true, true, true>,
+                 StateSmemWg<K, V, true, true, true>::bytes,
+                 "wy_tc_state_kernel_wg9 (half, fp16 U, raw K) launch");
     if (v9 && half && u16)
-      return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
-                StateSmemWg<K, V, true, true, true>::bytes,
-                "wy_tc_state_kernel_wg9 (half, fp16 U) launch");
+      return go9(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
+                 StateSmemWg<K, V, true, true, true>::bytes,
+                 "wy_tc_state_kernel_wg9 (half, fp16 U) launch");
     if (v9 && half)
-      return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
-                "wy_tc_state_kernel_wg9 (half) launch");
+      return go9(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
+                 "wy_tc_state_kernel_wg9 (half) launch");
     if (v9)
-      return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
-                "wy_tc_state_kernel_wg9 launch");
+      return go9(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
+                 "wy_tc_state_kernel_wg9 launch");
     if (wg && exact_ws)
       return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg launch");

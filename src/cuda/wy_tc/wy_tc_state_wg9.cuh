@@ -43,6 +43,10 @@
 __device__ __forceinline__ std::uint64_t wg9_desc(unsigned lo) {
   return (static_cast<std::uint64_t>(128u >> 4) << 32) + lo;
 }
+// The same with SBO kSbo bytes (the raw K tile: 1024, one key block of C token rows).
+template <unsigned kSbo> __device__ __forceinline__ std::uint64_t wg9_desc_sbo(unsigned lo) {
+  return (static_cast<std::uint64_t>(kSbo >> 4) << 32) + lo;
+}
 __device__ __forceinline__ unsigned wg9_desc_lo(unsigned saddr, unsigned lbo) {
   return static_cast<unsigned>(wg::desc(saddr, lbo, 128u));
 }
@@ -136,9 +140,19 @@ template <typename Sm> __device__ __forceinline__ void wg9_zero_upper_p(unsigned
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
-__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
+// kKRaw (half format with fp16 U only; StateParams::k_raw): the ST fold's B = K is the raw k
+// tile of the chunk, brought by one tensor copy through tmap_k (wg_k_raw_map) in the N-major
+// layout (key block kb of token t at kb * C * 16 + t * 16 bytes: LBO 128 along the tokens, SBO
+// C * 16 along the keys, wgmma's transposed B), instead of the K^T copy the chunk kernel writes.
+// Token rows past a partial chunk's end (the next sequence's tokens; past T the copy fills
+// zeros) are zeroed in shared memory before ST reads them, so the fold sees the same zero rows
+// as the K^T copy (the chunk kernel zero-fills them) and the same bits come out.
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, bool kKRaw = false>
+__global__ void __launch_bounds__(SCfg::kThreads, 1)
+    wy_tc_state_kernel_wg9(StateParams p, const __grid_constant__ CUtensorMap tmap_k) {
 #if GDN_WYTC_WG_DEVICE
+  static_assert(!kKRaw || (kHalf && kU16), "raw K: instantiated for the default scheme only");
+  const void* const tmk = kKRaw ? static_cast<const void*>(&tmap_k) : nullptr;
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   using Sm = StateSmemWg<K, V, true, kHalf, kU16>;
@@ -162,7 +176,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
-      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
+      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h, tmk);
     }
   if (kHalf && p.p_lower) {  // the copies above skip P's zero blocks: zero them here
     wg9_zero_upper_p<Sm>(smem_wg);
@@ -173,6 +187,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   // overlaps: the start address is bits 0-13, LBO bits 16-29). One base per buffer and chunk.
   const unsigned d0 = wg9_desc_lo(sb, 0u);
   constexpr unsigned kLC = (lC >> 4) << 16, kLK = (lK >> 4) << 16;
+  constexpr unsigned k128 = (128u >> 4) << 16;  // LBO 128 bytes (raw K: next 8 tokens)
   // O staging (2-byte out): this lane's stmatrix row address, token 8 (L >> 4) + (L & 7), value
   // warp * 16 + 8 ((L >> 3) & 1) (see wg9_pack_o).
   constexpr bool kPack = sizeof(TOut) == 2;
@@ -270,7 +285,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
       if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
-        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
+        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h, tmk);
       store_o(prev_tok0, prev_len);
     }
     prev_tok0 = tok0, prev_len = len;
@@ -295,6 +310,17 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
     wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    if constexpr (kKRaw) {
+      if (len < C) {  // raw K: the rows past the chunk's end to zero (block-uniform branch)
+        unsigned char* const kt = smem_wg + Sm::oB + b * Sm::kStrideB + Sm::oKh;
+        const int rows = C - len;
+        for (int q = threadIdx.x; q < rows * (K / 8); q += SCfg::kThreads)
+          *reinterpret_cast<uint4*>(kt + (q / rows) * C * 16 + (len + q % rows) * 16) =
+              make_uint4(0u, 0u, 0u, 0u);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+      }
+    }
     std::uint32_t dh[C / 16][4], dl[C / 16][4];
     {
       const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
@@ -309,9 +335,15 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
-      const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
-      wg::wgmma_nk<K>(st, dl[kc], kh);
-      wg::wgmma_nk<K>(st, dh[kc], kh);
+      if constexpr (kKRaw) {  // N-major raw K: tokens 16 kc .. 16 kc + 15 at byte 256 kc
+        const std::uint64_t kh = wg9_desc_sbo<C * 16u>(dB + k128 + (Sm::oKh >> 4) + kc * 16);
+        wg::wgmma_nk<K, 1>(st, dl[kc], kh);
+        wg::wgmma_nk<K, 1>(st, dh[kc], kh);
+      } else {
+        const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
+        wg::wgmma_nk<K>(st, dl[kc], kh);
+        wg::wgmma_nk<K>(st, dh[kc], kh);
+      }
     }
     wg::commit();
     std::uint32_t vh[C / 16][4], vl[kHalf ? 1 : C / 16][4];  // OP's Vn^T (kHalf: fp16, vh only)
@@ -367,7 +399,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   }
   store_state<K, V>(st, p, nh, v0);
 #else
-  (void)p;
+  (void)p, (void)tmap_k;
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
 #endif
 }
