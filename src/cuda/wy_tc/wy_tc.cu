@@ -282,13 +282,8 @@ struct ChunkParams {
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
   bool u16;       // half format with U stored as fp16 (v7 only; see Workspace)
-  // Half format only: P's core matrices above the diagonal (column block > row block, 28 of 64
-  // at C = 64) are zero by construction. 0: written as zeros (the whole tile is read); 1: not
-  // written (the v9 pass copies only the lower blocks and zero-fills the rest once per block,
-  // StateParams::p_lower); 2: written as fp16 NaN (tests: must not reach o with p_lower on).
-  int p_lower;
   // K^T (exact format): 0 written by the key head's first value head; 1 not written (the v9 pass
-  // reads the raw k rows, StateParams::k_raw); 2 written as bf16 NaN (tests, as p_lower 2).
+  // reads the raw k rows: wy_tc_state_kernel_wg9's kKRaw); 2 written as bf16 NaN (tests: must not be read).
   int k_raw;
   float scale;
   Workspace ws;
@@ -478,7 +473,6 @@ struct StateParams {
   float qk_inv;  // 1 / HK if tiled, else HK / HV (wg_qk_tile)
   int seg_c0, seg_c1;  // v9 only: the block runs its sequence's chunks in [seg_c0, seg_c1)
   int seq0;            // the sequence of blockIdx.x = 0 (a varlen group's first; else 0)
-  bool p_lower;    // v9 half only: P tiles copied without their zero upper blocks (ChunkParams)
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
@@ -1057,10 +1051,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       for (int e = 0; e < 4; e += 2) {
         const int i = m0 + acc_row(e);
         const int at = nt * C * 4 + (e >> 1) * 32;
-        // The word's core matrix: row block 2 warp + (e >> 1), column block nt; zero above the
-        // diagonal (with nt < ntiles: the block right of the warp's first diagonal block).
-        const bool upper = nt > 2 * warp + (e >> 1);
-        constexpr std::uint32_t kPoison = 0x7e007e00u;  // two fp16 quiet NaNs (p_lower 2)
         if (nt < ntiles) {
           // exp(G_i - G_j) = 2^((G_i - G_j) log2 e) by one ex2.approx: relative error
           // <= 2^-22 + |G_i - G_j| 2^-24 (the product's rounding), an fp32-level error like
@@ -1076,15 +1066,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
                           i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f);
           const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
           const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-          if (upper && p.p_lower) {  // zero (column block nt > row block): not stored
-            if (p.p_lower == 2) Ph[at] = kPoison;
-          } else if (p.half_ws) {
-            Ph[at] = pack_f16(x0, x1);
-          } else {
-            split_pair(x0, x1, Ph[at], Pl[at]);
-          }
-        } else if (p.p_lower) {  // above the diagonal block, not read by the state pass
-          if (p.p_lower == 2) Ph[at] = kPoison;
+          if (p.half_ws) Ph[at] = pack_f16(x0, x1);
+          else split_pair(x0, x1, Ph[at], Pl[at]);
         } else {  // above the diagonal block: P is zero (the state pass reads the whole tile)
           Ph[at] = 0u;
           if (!p.half_ws) Pl[at] = 0u;
@@ -1311,12 +1294,11 @@ using cuda::env_is;
 // With the exact workspace format the wgmma pass is v9 (software-pipelined groups, r19: v8's
 // schedule with less bookkeeping); GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit
 // for bit; A/B runs).
-// The tensor map of the raw-K copy (wy_tc_state_kernel_wg9 with kKRaw): k [T, HK, K] bf16 seen
-// as 4-D (8 keys, T tokens, K / 8 key blocks, HK heads) with byte strides (k_st 2, 16, k_sh 2),
-// box {8, C, K / 8, 1}: one box is a chunk's C x K tile laid out key block by key block (C rows
-// of 16 bytes each), the N-major canonical layout of wgmma's B. False (the caller keeps the K^T
-// copy) where the copy engine cannot address k (alignment, strides), or the driver has no
-// encoder.
+// The tensor map of the raw-K copy (wy_tc_state_kernel_wg9 with kKRaw): k [T, HK, K] bf16 as
+// 3-D (K keys, T tokens, HK heads) with byte strides (k_st 2, k_sh 2), box {64 keys, C tokens,
+// 1 head}, 128-byte swizzle (the N-major layout wgmma reads with that swizzle mode). False (the
+// caller keeps the K^T copy) where the copy engine cannot address k (alignment, strides) or the
+// driver has no encoder.
 bool wg_k_raw_map(const TensorView& k, int HK, int K, CUtensorMap* map) {
   using Encode = PFN_cuTensorMapEncodeTiled_v12000;
   static const Encode encode = [] {
@@ -1328,22 +1310,21 @@ bool wg_k_raw_map(const TensorView& k, int HK, int K, CUtensorMap* map) {
       fn = nullptr;
     return reinterpret_cast<Encode>(fn);
   }();
-  if (!encode || k.dtype != DType::bf16 || K % 8 != 0 || K / 8 > 256) return false;
+  if (!encode || k.dtype != DType::bf16 || K % 64 != 0) return false;
   const std::int64_t T = k.shape[0];
   const std::uint64_t st = static_cast<std::uint64_t>(k.stride[0]) * 2,
                       sh = static_cast<std::uint64_t>(k.stride[1]) * 2;
-  if (T <= 0 || reinterpret_cast<std::uintptr_t>(k.data) % 16 != 0 || st % 16 != 0 ||
-      sh % 16 != 0 || k.stride[2] != 1 || st >= (1ull << 40) || sh >= (1ull << 40) ||
-      T > 0x7fffffff)
+  if (T <= 0 || T > 0x7fffffff || reinterpret_cast<std::uintptr_t>(k.data) % 16 != 0 ||
+      st % 16 != 0 || sh % 16 != 0 || k.stride[2] != 1 || st >= (1ull << 40) ||
+      sh >= (1ull << 40))
     return false;
-  const cuuint64_t dims[4] = {8, static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(K / 8),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(T),
                               static_cast<cuuint64_t>(HK)};
-  const cuuint64_t strides[3] = {st, 16, sh};
-  const cuuint32_t box[4] = {8, static_cast<cuuint32_t>(Cfg::kChunk),
-                             static_cast<cuuint32_t>(K / 8), 1};
-  const cuuint32_t elem[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(k.data), dims,
-                strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+  const cuuint64_t strides[2] = {st, sh};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(Cfg::kChunk), 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, k.data, dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -1479,17 +1460,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Cost: the final state's error 1.8e-5 -> 2.2e-4 at 27b T = 32768 (o 1.685e-3 -> 1.699e-3).
   // GDN_WYTC_U16=0 keeps U in fp32.
   const bool u16 = half && !env_is("GDN_WYTC_U16", "0");
-  // P's zero upper blocks (half scheme; ChunkParams::p_lower): not written by the chunk kernel,
-  // not copied by the state pass (3.5 of P's 8 KiB per chunk and value head at C = 64).
-  // GDN_WYTC_PLOWER=0 writes and copies the whole tile (as before 2026-12-06); =poison writes
-  // NaN there (the state pass must not see it: tests); =negctl writes NaN and copies the whole
-  // tile (o must turn NaN: the negative control of the test).
-  const bool pl_negctl = half && env_is("GDN_WYTC_PLOWER", "negctl");
-  const int p_lower_chunk = !half || env_is("GDN_WYTC_PLOWER", "0") ? 0
-                            : pl_negctl || env_is("GDN_WYTC_PLOWER", "poison") ? 2
-                                                                                : 1;
-  const bool p_lower_state = p_lower_chunk != 0 && !pl_negctl;
-  // Raw K (v9 half pass with fp16 U; StateParams::k_raw): the state pass reads the k rows by a
+  // Raw K (v9 half pass with fp16 U; wy_tc_state_kernel_wg9's kKRaw): the state pass reads the k rows by a
   // tensor copy and the chunk kernel writes no K^T tile (16 KiB per chunk and key head).
   // GDN_WYTC_KRAW=1 asks for it (an experiment, off by default until measured); =poison also
   // writes NaN into the K^T tiles (not read: same bits); =negctl writes NaN there and reads the
@@ -1579,7 +1550,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.exact_ws = exact_ws;
     cp.half_ws = half;
     cp.u16 = u16;
-    cp.p_lower = p_lower_chunk;
     cp.k_raw = k_raw_chunk;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
@@ -1648,7 +1618,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   if (static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice) > 0x7fffffff)
     return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
-  sp.p_lower = p_lower_state;  // read by the v9 half pass only (half implies v9)
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
@@ -1673,9 +1642,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp, k_map);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    if (v9 && half && u16 && k_raw)
+    if (v9 && half && u16 && k_raw)  // + the raw-K buffers, 1024-byte aligned inside
       return go9(wy_tc_state_kernel_wg9<TOut, K, V, true, true, true>,
-                 StateSmemWg<K, V, true, true, true>::bytes,
+                 StateSmemWg<K, V, true, true, true>::bytes + 1024 +
+                     2 * StateSmemWg<K, V, true, true, true>::kCK,
                  "wy_tc_state_kernel_wg9 (half, fp16 U, raw K) launch");
     if (v9 && half && u16)
       return go9(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,

@@ -214,38 +214,31 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
     cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
 }
-// tmap_k (v9 with raw K, StateParams::k_raw): the K tile is the raw k rows of the chunk's tokens
-// by one tensor copy (wg_k_raw_map) instead of the chunk kernel's K^T tile.
+// tmap_k, kr (v9 with raw K, wy_tc_state_kernel_wg9's kKRaw): the K tile is the raw k rows of
+// the chunk's tokens, K / 64 tensor copies of 64 keys x C tokens (128-byte swizzle) into the
+// raw-K buffer kr + b * C * K * 2 (1024-byte aligned), instead of the chunk kernel's K^T tile.
 template <typename Sm, int K, bool kExact>
 __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* smem,
                                            std::uint64_t* bar, int cg, int c_begin, int h,
-                                           const void* tmap_k = nullptr) {
+                                           const void* tmap_k = nullptr,
+                                           unsigned char* kr = nullptr) {
   constexpr int C = Cfg::kChunk;
   const int b = (cg - c_begin) % Sm::NBUF;
   unsigned char* d = smem + Sm::oB + b * Sm::kStrideB;
   std::uint64_t* bb = &bar[Sm::NBUF + b];
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
   const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
-  if (Sm::kHalfFmt && p.p_lower) {
-    // P without its zero blocks: column block kb (NB core matrices of 128 bytes, row blocks
-    // 0 .. NB - 1) from row block kb on; the blocks above stay as wg9_zero_upper_p left them.
-    constexpr int NB = C / 8, kZero = NB * (NB - 1) / 2 * 128;
-    cuda::mbar_arrive_tx(bb, Sm::kBytesB - kZero);
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(p.ws.ph + base * C * C / 2);
-#pragma unroll
-    for (int kb = 0; kb < NB; ++kb)
-      cuda::bulk_g2s(d + Sm::oPh + (NB + 1) * kb * 128, src + (NB + 1) * kb * 128,
-                     (NB - kb) * 128, bb);
-  } else {
-    cuda::mbar_arrive_tx(bb, Sm::kBytesB);
-    cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
-  }
+  cuda::mbar_arrive_tx(bb, Sm::kBytesB);
+  cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
   if constexpr (!Sm::kHalfFmt) cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
   if (kExact && tmap_k != nullptr) {
-    // Box {8 keys, C tokens, K / 8 key blocks, 1 head} at (0, tok0, 0, key head): key block kb
-    // of token t at byte kb * C * 16 + t * 16, the N-major (keys) canonical layout of B = K.
+    // Box {64 keys, C tokens, 1 head} at (64 j, tok0, key head) to kr's buffer b + j * C * 128:
+    // token t's 64 keys in the 128-byte row t, 16-byte pieces swizzled by t % 8.
     const int hk = static_cast<int>(bk - static_cast<std::int64_t>(cg) * p.HK);
-    cuda::tensor_g2s_4d(d + Sm::oKh, tmap_k, 0, p.chunk_tok0[cg], 0, hk, bb);
+    const int tok0 = p.chunk_tok0[cg];
+#pragma unroll
+    for (int j = 0; j < K / 64; ++j)
+      cuda::tensor_g2s_3d(kr + b * Sm::kCK + j * C * 128, tmap_k, 64 * j, tok0, hk, bb);
   } else {
     cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
   }
