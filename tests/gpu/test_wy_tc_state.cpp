@@ -96,6 +96,12 @@ void expect_same_bits(const char* what, const char* name, const check::ArmOutput
   EXPECT_GT(bad_s, 0u);
 }
 
+// wy-tc on case c with the environment variable var set to value for that one call.
+check::ArmOutput run_with(const char* var, const char* value, const check::Case& c) {
+  testutil::ScopedEnv env(var, value);
+  return check::run_arm(Arm::wy_tc, c, true);
+}
+
 TEST(WyTcState, WgmmaMatchesMmaSyncAndOracle) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
   // The split scheme (v5 has no half variant): the same products on both passes.
@@ -262,15 +268,8 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
     EXPECT_TRUE(r.pass) << testutil::describe(r);
     EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
     const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
-    check::ArmOutput one, bad;
-    {
-      testutil::ScopedEnv env("GDN_WYTC_OVERLAP", "0");
-      one = check::run_arm(Arm::wy_tc, c, true);
-    }
-    {
-      testutil::ScopedEnv env("GDN_WYTC_OVERLAP", "negctl");
-      bad = check::run_arm(Arm::wy_tc, c, true);
-    }
+    const check::ArmOutput one = run_with("GDN_WYTC_OVERLAP", "0", c);
+    const check::ArmOutput bad = run_with("GDN_WYTC_OVERLAP", "negctl", c);
     expect_same_bits("overlapped", sc.name, seg, one, bad,
                      "dropping the carry changed nothing: the segmented path did not run");
   }
@@ -320,14 +319,8 @@ TEST(WyTcState, VarlenGroupsEqualSinglePass) {
       EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
       grp = check::run_arm(Arm::wy_tc, c, true);
     }
-    {
-      testutil::ScopedEnv env("GDN_WYTC_VGROUPS", "0");
-      one = check::run_arm(Arm::wy_tc, c, true);
-    }
-    {
-      testutil::ScopedEnv env("GDN_WYTC_VGROUPS", "negctl");
-      bad = check::run_arm(Arm::wy_tc, c, true);
-    }
+    one = run_with("GDN_WYTC_VGROUPS", "0", c);
+    bad = run_with("GDN_WYTC_VGROUPS", "negctl", c);
     expect_same_bits("varlen groups", sc.name, grp, one, bad,
                      "dropping a group's h0 changed nothing: the grouped path did not run");
   }
@@ -347,7 +340,7 @@ TEST(WyTcState, KRawEqualsKTransposeCopy) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
     const check::Oracle ref = check::ref_serial(c);
-    check::ArmOutput raw, copy, poison, bad;
+    check::ArmOutput raw;
     {
       testutil::ScopedEnv env("GDN_WYTC_KRAW", "1");
       const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
@@ -358,18 +351,9 @@ TEST(WyTcState, KRawEqualsKTransposeCopy) {
       EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
       raw = check::run_arm(Arm::wy_tc, c, true);
     }
-    {
-      testutil::ScopedEnv env("GDN_WYTC_KRAW", "0");
-      copy = check::run_arm(Arm::wy_tc, c, true);
-    }
-    {
-      testutil::ScopedEnv env("GDN_WYTC_KRAW", "poison");
-      poison = check::run_arm(Arm::wy_tc, c, true);
-    }
-    {
-      testutil::ScopedEnv env("GDN_WYTC_KRAW", "negctl");
-      bad = check::run_arm(Arm::wy_tc, c, true);
-    }
+    const check::ArmOutput copy = run_with("GDN_WYTC_KRAW", "0", c);
+    const check::ArmOutput poison = run_with("GDN_WYTC_KRAW", "poison", c);
+    const check::ArmOutput bad = run_with("GDN_WYTC_KRAW", "negctl", c);
     expect_same_bits("raw K", sc.name, raw, copy, bad,
                      "NaN in the K^T tiles, read, changed nothing: the chunk kernel did not "
                      "write them");

@@ -1288,12 +1288,6 @@ std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
 using cuda::env_is;
 
-// The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
-// sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
-// capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
-// With the exact workspace format the wgmma pass is v9 (software-pipelined groups, r19: v8's
-// schedule with less bookkeeping); GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit
-// for bit; A/B runs).
 // The tensor map of the raw-K copy (wy_tc_state_kernel_wg9 with kKRaw): k [T, HK, K] bf16 as
 // 3-D (K keys, T tokens, HK heads) with byte strides (k_st 2, k_sh 2), box {64 keys, C tokens,
 // 1 head}, 128-byte swizzle (the N-major layout wgmma reads with that swizzle mode). False (the
@@ -1329,6 +1323,12 @@ bool wg_k_raw_map(const TensorView& k, int HK, int K, CUtensorMap* map) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
+// sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
+// capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
+// With the exact workspace format the wgmma pass is v9 (software-pipelined groups, r19: v8's
+// schedule with less bookkeeping); GDN_WYTC_STATE=v6 selects the v6 schedule (same results bit
+// for bit; A/B runs).
 bool use_wg_state() {
 #if defined(GDN_SM90A)
   if (env_is("GDN_WYTC_STATE", "v5")) return false;
