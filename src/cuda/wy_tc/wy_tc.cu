@@ -285,6 +285,10 @@ struct ChunkParams {
   // K^T (exact format): 0 written by the key head's first value head; 1 not written (the v9 pass
   // reads the raw k rows: wy_tc_state_kernel_wg9's kKRaw); 2 written as bf16 NaN (tests: must not be read).
   int k_raw;
+  // Precomputed 1 / |q|, 1 / |k| (detail::QkRnorm: [t * rn_st + kh] for q, [t * rn_st + HK + kh]
+  // for k; v7 with l2norm only): read instead of the norm phase. Null: computed here.
+  const float* rnorm;
+  std::int64_t rn_st;
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -943,8 +947,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   cp_async_wait<0>();
   __syncthreads();  // barrier 1: q, k tiles, g, beta
   if (warp == 0) chunk_cumsum(sG);
-  if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros get
-              // 1 / sqrt(1e-6)).
+  if (kL2 && p.rnorm) {  // norms precomputed (the layer's conv kernel, same sums in the same
+                         // order): rows past the length get the zero row's 1 / sqrt(1e-6)
+    static_assert(Cfg::kThreads >= 2 * C, "one thread per row");
+    if (tid < 2 * C) {
+      const int r = tid < C ? tid : tid - C;
+      float zero;  // opaque to the compiler: rsqrtf below is the same MUFU result as the phase's
+      asm volatile("mov.b32 %0, 0;" : "=f"(zero));
+      const float x = r < len ? p.rnorm[(tok0 + r) * p.rn_st + (tid < C ? p.HK + kh : kh)]
+                              : rsqrtf(zero + 1e-6f);
+      (tid < C ? sRk : sRq)[r] = x;
+    }
+  } else if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros
+                     // get 1 / sqrt(1e-6)).
     // kRows independent rows per pass, their loads and shuffle chains interleaved (r21: warps
     // 1-3 one row at a time, each row waiting on its 5 dependent shuffles, cost the layer's chunk
     // kernel 397 us against 295 at T = 8192). Per row the same sums in the same order as before:
@@ -1531,6 +1546,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
 
+  // The layer's precomputed q / k norms (detail::QkRnorm), where they describe this call.
+  const detail::QkRnorm& rn = detail::qk_rnorm();
+  const bool rn_ok = pr.qk_l2norm && rn.data && rn.HK == pr.HK && rn.K == K;
   // Chunk kernels over the global chunks [c0, c1) on `stream`.
   auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream) -> Status {
     if (c1 <= c0) return Status::Ok();
@@ -1551,6 +1569,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.half_ws = half;
     cp.u16 = u16;
     cp.k_raw = k_raw_chunk;
+    cp.rnorm = rn_ok ? rn.data : nullptr;
+    cp.rn_st = rn.row_stride;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
