@@ -410,12 +410,6 @@ WideValuesScope::WideValuesScope(bool wide) : prev_(t_wide_values) {
   t_wide_values = prev_ || wide;
 }
 WideValuesScope::~WideValuesScope() { t_wide_values = prev_; }
-namespace {
-thread_local QkRnorm t_qk_rnorm{};
-}  // namespace
-const QkRnorm& qk_rnorm() { return t_qk_rnorm; }
-QkRnormScope::QkRnormScope(const QkRnorm& r) : prev_(t_qk_rnorm) { t_qk_rnorm = r; }
-QkRnormScope::~QkRnormScope() { t_qk_rnorm = prev_; }
 
 Status arm_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm ran, std::uint64_t* bytes) {
   *bytes = 0;

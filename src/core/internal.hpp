@@ -64,30 +64,6 @@ class WideValuesScope {
   bool prev_;
 };
 
-// Inverse q / k norms computed by the layer's conv kernel (src/cuda/layer/layer.cu), set per host
-// thread around the layer's prefill call: data[t * row_stride + h] = 1 / sqrt(|q_t,h|^2 + 1e-6)
-// for key heads h < HK and the same of k_t,(h - HK) for HK <= h < 2 HK, each the value the wy-tc
-// chunk kernel's own norm phase computes from the same bf16 q / k rows (the same sums in the
-// same order), so that the arm reads them instead of computing them in each of a key head's
-// value heads. Only the wy-tc arm's v7 chunk kernel reads them (with qk_l2norm, HK and K equal
-// to the scope's); null outside a scope. Not for general callers: nothing checks the values.
-struct QkRnorm {
-  const float* data = nullptr;
-  std::int64_t row_stride = 0;
-  int HK = 0, K = 0;
-};
-const QkRnorm& qk_rnorm();
-class QkRnormScope {
- public:
-  explicit QkRnormScope(const QkRnorm& r);
-  ~QkRnormScope();
-  QkRnormScope(const QkRnormScope&) = delete;
-  QkRnormScope& operator=(const QkRnormScope&) = delete;
-
- private:
-  QkRnorm prev_;
-};
-
 #ifdef GDN_WITH_CUDA
 // Device-side value scan (NaN/Inf, g > 0, beta outside [0, 1]); synchronizes the stream. `wide`
 // (optional): set to whether any |q|, |k| > kWyTcHalfMaxQK or |v|, |h0| > kWyTcHalfMaxV (not an

@@ -326,41 +326,6 @@ TEST(WyTcState, VarlenGroupsEqualSinglePass) {
   }
 }
 
-// Raw K (GDN_WYTC_KRAW=1, an experiment; the half scheme with fp16 U): the v9 pass reads the raw
-// k rows by a tensor copy (N-major B, wgmma's transposed operand) and the chunk kernel writes no
-// K^T tile. Same bits as the K^T copy (=0) on every state case (partial chunks, an empty
-// sequence, K = 64 and 128, tiled heads), also with NaN written into the unread K^T tiles
-// (=poison); negative control (=negctl: NaN written and the tiles read) must change o and the
-// state. Raw K also passes the oracle.
-TEST(WyTcState, KRawEqualsKTransposeCopy) {
-  if (!is_sm90()) GTEST_SKIP() << "the half scheme runs in the wgmma state pass (cc 9.0) only";
-  testutil::ScopedEnv half("GDN_WYTC_PRECISION", "half");
-  int seed = 600;
-  for (const StateCase& sc : cases()) {
-    SCOPED_TRACE(sc.name);
-    const check::Case c = check::make_case(sc.spec, ++seed);
-    const check::Oracle ref = check::ref_serial(c);
-    check::ArmOutput raw;
-    {
-      testutil::ScopedEnv env("GDN_WYTC_KRAW", "1");
-      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-      std::printf("wy-tc half, raw K, %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
-                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
-      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-      EXPECT_TRUE(r.pass) << testutil::describe(r);
-      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-      raw = check::run_arm(Arm::wy_tc, c, true);
-    }
-    const check::ArmOutput copy = run_with("GDN_WYTC_KRAW", "0", c);
-    const check::ArmOutput poison = run_with("GDN_WYTC_KRAW", "poison", c);
-    const check::ArmOutput bad = run_with("GDN_WYTC_KRAW", "negctl", c);
-    expect_same_bits("raw K", sc.name, raw, copy, bad,
-                     "NaN in the K^T tiles, read, changed nothing: the chunk kernel did not "
-                     "write them");
-    expect_same_bits("raw K, NaN K^T unread", sc.name, poison, copy, bad, "(the same control)");
-  }
-}
-
 std::size_t count_differ(const std::vector<double>& a, const std::vector<double>& b) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) n += !(a[i] == b[i]);

@@ -58,22 +58,6 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned by
   __trap();  // sm_90+ only: callers dispatch on the device
 #endif
 }
-// A 3-D tile of a tensor map (cuTensorMapEncodeTiled; `tmap` the generic address of a
-// __grid_constant__ kernel parameter) at coordinates c0..c2 (innermost first) into shared memory
-// (aligned as the map's swizzle needs: 1024 bytes for 128-byte swizzle), completing on mbarrier
-// b with the box's full byte count (out-of-bounds elements are filled with zeros and counted).
-__device__ __forceinline__ void tensor_g2s_3d(void* dst, const void* tmap, int c0, int c1, int c2,
-                                              std::uint64_t* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_u32(dst)),
-      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(b))
-      : "memory");
-#else
-  __trap();  // sm_90+ only: callers dispatch on the device
-#endif
-}
 __device__ __forceinline__ void mbar_init_fence() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");

@@ -25,7 +25,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/internal.hpp"
 #include "cuda/common/common.cuh"
 #include "gdn/decode.hpp"
 #include "gdn/layer.hpp"
@@ -320,68 +319,22 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
 #endif
 }
 
-// Inverse L2 norms of the q / k head rows of a group (the conv kernel's outputs, rows rows of
-// BW channels each at `ys`, this block's channels [cb BW, cb BW + BW) of which the first `heads`
-// x K are q / k heads h0 ..): rnorm[t * rn_st + h] = 1 / sqrt(sum x^2 + 1e-6), computed exactly
-// as wy_tc_chunk_kernel_v7's norm phase does (lane l adds x[l], x[l + 32], ..., then the xor
-// butterfly 16 .. 1; kR rows interleaved per warp), so the recurrence may read them instead
-// (detail::QkRnorm) and produce the same bits.
-template <int BW>
-__device__ __forceinline__ void qk_row_norms(const bf16* ys, int rows, int heads, int h0, int K,
-                                             int tg, float* __restrict__ rnorm, int rn_st) {
-  constexpr int kR = 4, kWarps = ConvTile3::kThreads / 32;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n = rows * heads;
-  for (int i0 = warp; i0 < n; i0 += kWarps * kR) {
-    float ss[kR];
-#pragma unroll
-    for (int j = 0; j < kR; ++j) {
-      const int i = min(i0 + kWarps * j, n - 1);  // past n: a repeat of row n - 1, not stored
-      const bf16* row = ys + (i / heads) * BW + (i % heads) * K;
-      ss[j] = 0.f;
-      for (int cc = lane; cc < K; cc += 32) {
-        const float x = __bfloat162float(row[cc]);
-        ss[j] += x * x;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int j = 0; j < kR; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
-    if (lane < kR) {  // lane j stores row j's norm (ss[j] is the same on every lane)
-      float mine = ss[0];
-#pragma unroll
-      for (int j = 1; j < kR; ++j) mine = lane == j ? ss[j] : mine;
-      const int i = i0 + kWarps * lane;
-      if (i < n)
-        rnorm[static_cast<std::int64_t>(tg + i / heads) * rn_st + h0 + i % heads] = rsqrtf(mine + 1e-6f);
-    }
-  }
-}
-
 // The arguments of conv_silu_kernel plus run_groups (run length = run_groups * kGroup tokens).
 // kNegCtl (tests only, GDN_LAYER_CONV=v3negctl): the taps summed in the reverse order, which
 // changes the rounding of some outputs.
-// rnorm (VEC 8 only; null: none): the inverse norms of the q / k heads (channels [0, qk_ch), head
-// dim K; qk_ch a multiple of the block's 1024 channels and K a divisor of them) for the wy-tc arm
-// (qk_row_norms). Those blocks write each group's outputs back into the ring slot it came from
-// (free until the next group's copies) and read them across threads between two barriers.
 template <int KW, int VEC, bool kNegCtl>
 __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW))
     conv_silu_v3_kernel(const bf16* __restrict__ proj, int P, const bf16* __restrict__ conv_pool,
                         const int* __restrict__ slots, const int* __restrict__ cu, int N,
                         const float* __restrict__ conv_w, int CD, int T, int chan_blocks,
-                        int run_groups, bf16* __restrict__ qkv, float* __restrict__ rnorm,
-                        int rn_st, int qk_ch, int K) {
+                        int run_groups, bf16* __restrict__ qkv) {
   using C3 = ConvTile3;
   constexpr int H = KW > 1 ? KW - 1 : 1;
-  constexpr int BW = C3::kThreads * VEC;  // channels per block
   __shared__ BfVec<VEC> ring[C3::kStages * C3::kGroup][C3::kThreads];
   const int cb = static_cast<int>(blockIdx.x % chan_blocks);
   const int run_len = run_groups * C3::kGroup;
   const int t0 = static_cast<int>(blockIdx.x / chan_blocks) * run_len;
   const int c = VEC * (cb * C3::kThreads + threadIdx.x);
-  // Block-uniform: a q / k block has all of its channels below qk_ch <= CD (no early exit).
-  const bool norm_blk = VEC == 8 && rnorm != nullptr && cb * BW < qk_ch;
   if (c >= CD || t0 >= T) return;
   const int t_end = min(T, t0 + run_len);
   const int groups = (t_end - t0 + C3::kGroup - 1) / C3::kGroup;
@@ -405,9 +358,8 @@ __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW)
   int n = 0, next = 0;
   conv_begin<KW, VEC>(proj, P, conv_pool, slots, cu, N, conv_w, CD, c, t0, w, hist, n, next);
   bf16* out = qkv + static_cast<std::int64_t>(t0) * CD + c;
-  // One token: window sum (v2's terms in v2's order), SiLU, store, window shift (q / k blocks
-  // with norms: the output also replaces the input in the ring).
-  auto step = [&](BfVec<VEC>& raw, int t) {
+  // One token: window sum (v2's terms in v2's order), SiLU, store, window shift.
+  auto step = [&](const BfVec<VEC>& raw, int t) {
     if (t >= next) conv_next_seq<KW, VEC>(conv_pool, slots, cu, CD, c, t, hist, n, next);
     float x[VEC], a[VEC], y[VEC];
     unpack_f32(raw, x);
@@ -432,20 +384,9 @@ __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW)
       for (int i = 0; i < VEC; ++i)
         if (!silu_fast_in_range(a[i])) y[i] = silu(a[i]);
     }
-    const BfVec<VEC> yv = to_bf16(y);
-    yv.store(out);
-    if (norm_blk) raw = yv;
+    to_bf16(y).store(out);
     out += CD;
     conv_shift<KW, VEC>(hist, x);
-  };
-  // After a group's steps (q / k blocks with norms): its rows' head norms, then a barrier before
-  // the slot is refilled.
-  auto group_norms = [&](int slot, int tg, int rows) {
-    if (!norm_blk) return;
-    __syncthreads();  // every thread's outputs of the group are in the slot
-    qk_row_norms<BW>(reinterpret_cast<const bf16*>(&ring[slot * C3::kGroup][0]), rows, BW / K,
-                     cb * BW / K, K, tg, rnorm, rn_st);
-    __syncthreads();
   };
   // Whole groups: no per-row end test, so the unrolled rows keep the window in place (a group
   // is a multiple of KW-1 rows for KW = 2, 3, 4, 7).
@@ -453,19 +394,17 @@ __global__ void __launch_bounds__(ConvTile3::kThreads, ConvTile3::min_blocks(KW)
   for (int g = 0; g < full; ++g) {
     issue(g + C3::kStages - 1);  // into the slot read in iteration g-1
     cp_async_wait_group<C3::kStages - 1>();  // group g has landed
-    BfVec<VEC>* row = &ring[(g % C3::kStages) * C3::kGroup][threadIdx.x];
+    const BfVec<VEC>* row = &ring[(g % C3::kStages) * C3::kGroup][threadIdx.x];
     const int tg = t0 + g * C3::kGroup;
 #pragma unroll
     for (int b = 0; b < C3::kGroup; ++b) step(row[b * C3::kThreads], tg + b);
-    group_norms(g % C3::kStages, tg, C3::kGroup);
   }
   if (full < groups) {  // the last, partial group (already issued)
     cp_async_wait_group<0>();
-    BfVec<VEC>* row = &ring[(full % C3::kStages) * C3::kGroup][threadIdx.x];
+    const BfVec<VEC>* row = &ring[(full % C3::kStages) * C3::kGroup][threadIdx.x];
     const int tg = t0 + full * C3::kGroup;
 #pragma unroll 1
     for (int b = 0; b < t_end - tg; ++b) step(row[b * C3::kThreads], tg + b);
-    group_norms(full % C3::kStages, tg, t_end - tg);
   }
 }
 
@@ -622,17 +561,12 @@ ConvVariant conv_variant() {
 // conv_silu_v3 over all T tokens. Run length: kGroup * run_groups tokens, run_groups in
 // [kMinGroups, kMaxGroups] minimising (waves of blocks, rounded up) x (run length + 4 rows of
 // per-run overhead: the window refill and the ring's fill latency), at the resident block count.
-// Norms (QkNorms::out set): the q / k heads' inverse norms too (qk_row_norms).
-struct QkNorms {
-  float* out = nullptr;  // [T, 2 HK] f32, or null
-  int row_stride = 0, qk_ch = 0, K = 0;
-};
 Status launch_conv_v3(const bf16* proj, int P, const bf16* conv_pool, const int* slots, const int* cu,
                       int N, const float* conv_w, int KW, int CD, std::int64_t T, bf16* qkv,
-                      cudaStream_t s, bool negctl, const QkNorms& nrm) {
+                      cudaStream_t s, bool negctl) {
   using C3 = ConvTile3;
   using Fn = void (*)(const bf16*, int, const bf16*, const int*, const int*, int, const float*, int,
-                      int, int, int, bf16*, float*, int, int, int);
+                      int, int, int, bf16*);
   static constexpr Fn k8[ConvTile::kMaxKernel] = {
       conv_silu_v3_kernel<1, 8, false>, conv_silu_v3_kernel<2, 8, false>,
       conv_silu_v3_kernel<3, 8, false>, conv_silu_v3_kernel<4, 8, false>,
@@ -668,26 +602,22 @@ Status launch_conv_v3(const bf16* proj, int P, const bf16* conv_pool, const int*
   }
   const std::int64_t len = static_cast<std::int64_t>(best_g) * C3::kGroup;
   const std::int64_t blocks = chan_blocks * ((T + len - 1) / len);
-  float* rn = v8 ? nrm.out : nullptr;  // (the caller asks only where v8 holds)
   k<<<static_cast<unsigned>(blocks), C3::kThreads, 0, s>>>(proj, P, conv_pool, slots, cu, N, conv_w, CD,
-                                                          static_cast<int>(T), chan_blocks, best_g, qkv,
-                                                          rn, nrm.row_stride, nrm.qk_ch, nrm.K);
+                                                          static_cast<int>(T), chan_blocks, best_g, qkv);
   GDN_CUDA_LAUNCH_CHECK("conv_silu_v3_kernel");
   return Status::Ok();
 }
 
 // Prefill conv: conv_silu over all T tokens, then the new conv state of each sequence (after, since
 // the state is updated in place and a run's first rows may read the old state).
-// nrm.out set: v3 also writes the q / k inverse norms; the caller checks qk_norms_possible().
 Status launch_conv(const bf16* proj, int P, bf16* conv_pool, const int* slots, const int* cu, int N,
-                   const float* conv_w, int KW, int CD, std::int64_t T, bf16* qkv, cudaStream_t s,
-                   const QkNorms& nrm) {
+                   const float* conv_w, int KW, int CD, std::int64_t T, bf16* qkv, cudaStream_t s) {
   const bool v8 = CD % 8 == 0 && P % 8 == 0;  // every row start and the q|k|v offset 16-B aligned
   const int vec = v8 ? 8 : 2;
   const ConvVariant variant = conv_variant();
   if (T > 0 && variant != ConvVariant::v2) {
     Status st = launch_conv_v3(proj, P, conv_pool, slots, cu, N, conv_w, KW, CD, T, qkv, s,
-                               variant == ConvVariant::v3negctl, nrm);
+                               variant == ConvVariant::v3negctl);
     if (!st.ok()) return st;
   } else if (T > 0) {
     using Fn = void (*)(const bf16*, int, const bf16*, const int*, const int*, int, const float*, int,
@@ -712,22 +642,6 @@ Status launch_conv(const bf16* proj, int P, bf16* conv_pool, const int* slots, c
     GDN_CUDA_LAUNCH_CHECK("conv_state_kernel");
   }
   return Status::Ok();
-}
-
-// The q / k inverse norms for the recurrence (detail::QkRnorm; docs/NOTES.md "layer: q / k norms
-// from the conv kernel"): written by conv v3 on 16-B vectors where the q / k channels are whole
-// blocks of ConvTile3's 1024 and K (a multiple of 32) divides 1024. GDN_LAYER_RNORM (read at each
-// call): unset = on where possible; 0 = off (the recurrence computes them: A/B, same bits);
-// negctl = the recurrence gets each token's successor's norms (tests: outputs must change).
-enum class RnormMode { off, on, negctl };
-RnormMode rnorm_mode(const Config& c) {
-  constexpr int kBlockCh = ConvTile3::kThreads * 8;
-  const int qk = 2 * c.HK * c.K;
-  if (cuda::env_is("GDN_LAYER_RNORM", "0") || conv_variant() == ConvVariant::v2 ||
-      c.conv_dim() % 8 != 0 || c.proj_dim() % 8 != 0 || qk % kBlockCh != 0 || c.K % 32 != 0 ||
-      kBlockCh % c.K != 0)
-    return RnormMode::off;
-  return cuda::env_is("GDN_LAYER_RNORM", "negctl") ? RnormMode::negctl : RnormMode::on;
 }
 
 // Gated norm over rows = tokens * HV rows: 16-B vectors (V/8 lanes per row, rounded up to a power
@@ -773,15 +687,13 @@ struct Workspace::Impl {
   bf16 *proj = nullptr, *qkv = nullptr, *o = nullptr, *normed = nullptr;  // [T, P|CD|VD|VD]
   float *g = nullptr, *beta = nullptr;                                     // [T, HV]
   float* h0 = nullptr;                                                     // [max_seqs, HV, K, V]
-  float* rnorm = nullptr;  // [T + 1, 2 HK] q / k inverse norms (RnormMode; the last row: negctl)
   int *cu = nullptr, *slots = nullptr;                                     // [max_seqs+1], [max_seqs]
   cublasHandle_t blas = nullptr;
   cudaEvent_t ev[7] = {};
   ~Impl() {
     for (void* p : {static_cast<void*>(proj), static_cast<void*>(qkv), static_cast<void*>(o),
                     static_cast<void*>(normed), static_cast<void*>(g), static_cast<void*>(beta),
-                    static_cast<void*>(h0), static_cast<void*>(rnorm), static_cast<void*>(cu),
-                    static_cast<void*>(slots)})
+                    static_cast<void*>(h0), static_cast<void*>(cu), static_cast<void*>(slots)})
       if (p) cudaFree(p);
     if (blas) cublasDestroy(blas);
     for (auto e : ev)
@@ -808,8 +720,6 @@ Status Workspace::create(const Config& c, std::int64_t max_tokens, int max_seqs,
   GDN_CUDA_TRY(cudaMalloc(&w->normed, T * c.value_dim() * sizeof(bf16)));
   GDN_CUDA_TRY(cudaMalloc(&w->g, T * c.HV * sizeof(float)));
   GDN_CUDA_TRY(cudaMalloc(&w->beta, T * c.HV * sizeof(float)));
-  GDN_CUDA_TRY(cudaMalloc(&w->rnorm, (T + 1) * 2 * c.HK * sizeof(float)));
-  GDN_CUDA_TRY(cudaMemset(w->rnorm, 0, (T + 1) * 2 * c.HK * sizeof(float)));
   GDN_CUDA_TRY(cudaMalloc(&w->h0, static_cast<std::size_t>(max_seqs) * c.HV * c.K * c.V * sizeof(float)));
   GDN_CUDA_TRY(cudaMalloc(&w->cu, (max_seqs + 1) * sizeof(int)));
   GDN_CUDA_TRY(cudaMalloc(&w->slots, max_seqs * sizeof(int)));
@@ -980,11 +890,8 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
       return st;
   }
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
-  const RnormMode rmode = T > 0 ? rnorm_mode(c) : RnormMode::off;
-  QkNorms nrm;
-  if (rmode != RnormMode::off) nrm = {ws.rnorm, 2 * c.HK, 2 * c.HK * c.K, c.K};
   if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
-                         s, nrm)).ok())
+                         s)).ok())
     return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
   if (T > 0) {
@@ -1023,14 +930,8 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   a.on_device = true;
   a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
   a.stream = s;
-  detail::QkRnorm rq;
-  if (rmode != RnormMode::off)
-    rq = {ws.rnorm + (rmode == RnormMode::negctl ? 2 * c.HK : 0), 2 * c.HK, c.HK, c.K};
-  {
-    const detail::QkRnormScope rscope(rq);  // read by the wy-tc arm only
-    if (!(st = gdn::prefill(p, a, arm, info)).ok())
-      return Status(st.code(), "layer recurrence: " + st.message());
-  }
+  if (!(st = gdn::prefill(p, a, arm, info)).ok())
+    return Status(st.code(), "layer recurrence: " + st.message());
   if (!consecutive)
     for (int n = 0; n < N; ++n)
       GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),

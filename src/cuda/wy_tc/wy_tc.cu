@@ -43,8 +43,6 @@
 //     pulled per chunk (two blocks per head read the same tiles, the second mostly from L2).
 //   Both passes are bound by the 144 KiB per (chunk, head) of workspace (3.5 GB written and
 //   >= 3.5 GB read at T = 32768) and by the per-chunk latency of the 672 dependent-ish mma's.
-#include <cuda.h>  // CUtensorMap (the raw-K tensor copy; the encoder via the runtime's entry point)
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -282,13 +280,6 @@ struct ChunkParams {
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
   bool u16;       // half format with U stored as fp16 (v7 only; see Workspace)
-  // K^T (exact format): 0 written by the key head's first value head; 1 not written (the v9 pass
-  // reads the raw k rows: wy_tc_state_kernel_wg9's kKRaw); 2 written as bf16 NaN (tests: must not be read).
-  int k_raw;
-  // Precomputed 1 / |q|, 1 / |k| (detail::QkRnorm: [t * rn_st + kh] for q, [t * rn_st + HK + kh]
-  // for k; v7 with l2norm only): read instead of the norm phase. Null: computed here.
-  const float* rnorm;
-  std::int64_t rn_st;
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -947,19 +938,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   cp_async_wait<0>();
   __syncthreads();  // barrier 1: q, k tiles, g, beta
   if (warp == 0) chunk_cumsum(sG);
-  if (kL2 && p.rnorm) {  // norms precomputed (the layer's conv kernel, same sums in the same
-                         // order): rows past the length get the zero row's 1 / sqrt(1e-6)
-    static_assert(Cfg::kThreads >= 2 * C, "one thread per row");
-    if (tid < 2 * C) {
-      const int r = tid < C ? tid : tid - C;
-      float zero;  // opaque to the compiler: rsqrtf below is the same MUFU result as the phase's
-      asm volatile("mov.b32 %0, 0;" : "=f"(zero));
-      const float x = r < len ? p.rnorm[(tok0 + r) * p.rn_st + (tid < C ? p.HK + kh : kh)]
-                              : rsqrtf(zero + 1e-6f);
-      (tid < C ? sRk : sRq)[r] = x;
-    }
-  } else if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros
-                     // get 1 / sqrt(1e-6)).
+  if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros get
+              // 1 / sqrt(1e-6)).
     // kRows independent rows per pass, their loads and shuffle chains interleaved (r21: warps
     // 1-3 one row at a time, each row waiting on its 5 dependent shuffles, cost the layer's chunk
     // kernel 397 us against 295 at T = 8192). Per row the same sums in the same order as before:
@@ -1122,10 +1102,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   }
   __syncwarp();  // the warp's A rows written, its q rows read: X_ww may overwrite them
   solve_column<LA, 16>(sA + m0 * LA + m0, sX + m0 * LA + m0, lane & 15);  // lanes 16-31 repeat 0-15
-  if (warp < 2 && qk_writer && p.k_raw == 2) {  // tests: K^T poisoned (must not be read)
-    std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
-    for (int i = tid; i < K * C / 2; i += 64) Kh[i] = 0x7fc07fc0u;  // two bf16 quiet NaNs
-  } else if (warp < 2 && qk_writer && p.k_raw == 0) {
+  if (warp < 2 && qk_writer) {
     // Kd^T as v6 (ldmatrix.trans of the k tile, x4 group g = matrices 4 g .. 4 g + 3 of the
     // ws_word<K> order).
     std::uint32_t* Kh = p.ws.kh + base_qk * K * C / 2;
@@ -1303,41 +1280,6 @@ std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
 using cuda::env_is;
 
-// The tensor map of the raw-K copy (wy_tc_state_kernel_wg9 with kKRaw): k [T, HK, K] bf16 as
-// 3-D (K keys, T tokens, HK heads) with byte strides (k_st 2, k_sh 2), box {64 keys, C tokens,
-// 1 head}, 128-byte swizzle (the N-major layout wgmma reads with that swizzle mode). False (the
-// caller keeps the K^T copy) where the copy engine cannot address k (alignment, strides) or the
-// driver has no encoder.
-bool wg_k_raw_map(const TensorView& k, int HK, int K, CUtensorMap* map) {
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (!encode || k.dtype != DType::bf16 || K % 64 != 0) return false;
-  const std::int64_t T = k.shape[0];
-  const std::uint64_t st = static_cast<std::uint64_t>(k.stride[0]) * 2,
-                      sh = static_cast<std::uint64_t>(k.stride[1]) * 2;
-  if (T <= 0 || T > 0x7fffffff || reinterpret_cast<std::uintptr_t>(k.data) % 16 != 0 ||
-      st % 16 != 0 || sh % 16 != 0 || k.stride[2] != 1 || st >= (1ull << 40) ||
-      sh >= (1ull << 40))
-    return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(T),
-                              static_cast<cuuint64_t>(HK)};
-  const cuuint64_t strides[2] = {st, sh};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(Cfg::kChunk), 1};
-  const cuuint32_t elem[3] = {1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, k.data, dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 // The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
 // sm_90a code (GDN_SM90A, set by CMake / setup.py from the -gencode list) on a compute
 // capability 9.0 device. GDN_WYTC_STATE=v5 forces the mma.sync state pass (A/B runs, sm_80).
@@ -1475,18 +1417,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Cost: the final state's error 1.8e-5 -> 2.2e-4 at 27b T = 32768 (o 1.685e-3 -> 1.699e-3).
   // GDN_WYTC_U16=0 keeps U in fp32.
   const bool u16 = half && !env_is("GDN_WYTC_U16", "0");
-  // Raw K (v9 half pass with fp16 U; wy_tc_state_kernel_wg9's kKRaw): the state pass reads the k rows by a
-  // tensor copy and the chunk kernel writes no K^T tile (16 KiB per chunk and key head).
-  // GDN_WYTC_KRAW=1 asks for it (an experiment, off by default until measured); =poison also
-  // writes NaN into the K^T tiles (not read: same bits); =negctl writes NaN there and reads the
-  // tiles (o and the state must change). Needs a k tensor the copy engine can address
-  // (wg_k_raw_map): else the K^T copy as before.
-  const bool kr_negctl = env_is("GDN_WYTC_KRAW", "negctl");
-  const bool kr_poison = kr_negctl || env_is("GDN_WYTC_KRAW", "poison");
-  const bool kr_want = half && u16 && (kr_poison || env_is("GDN_WYTC_KRAW", "1"));
-  CUtensorMap k_map{};
-  const bool k_raw = kr_want && !kr_negctl && wg_k_raw_map(a.k, pr.HK, K, &k_map);
-  const int k_raw_chunk = !kr_want ? 0 : kr_poison ? 2 : k_raw ? 1 : 0;
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1546,9 +1476,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
 
-  // The layer's precomputed q / k norms (detail::QkRnorm), where they describe this call.
-  const detail::QkRnorm& rn = detail::qk_rnorm();
-  const bool rn_ok = pr.qk_l2norm && rn.data && rn.HK == pr.HK && rn.K == K;
   // Chunk kernels over the global chunks [c0, c1) on `stream`.
   auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream) -> Status {
     if (c1 <= c0) return Status::Ok();
@@ -1568,9 +1495,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.exact_ws = exact_ws;
     cp.half_ws = half;
     cp.u16 = u16;
-    cp.k_raw = k_raw_chunk;
-    cp.rnorm = rn_ok ? rn.data : nullptr;
-    cp.rn_st = rn.row_stride;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1656,27 +1580,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    auto go9 = [&](auto kern, std::size_t smem, const char* name) -> Status {  // v9: + the map
-      GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-      kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp, k_map);
-      return cuda::from_cuda(cudaGetLastError(), name);
-    };
-    if (v9 && half && u16 && k_raw)  // + the raw-K buffers, 1024-byte aligned inside
-      return go9(wy_tc_state_kernel_wg9<TOut, K, V, true, true, true>,
-                 StateSmemWg<K, V, true, true, true>::bytes + 1024 +
-                     2 * StateSmemWg<K, V, true, true, true>::kCK,
-                 "wy_tc_state_kernel_wg9 (half, fp16 U, raw K) launch");
     if (v9 && half && u16)
-      return go9(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
-                 StateSmemWg<K, V, true, true, true>::bytes,
-                 "wy_tc_state_kernel_wg9 (half, fp16 U) launch");
+      return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
+                StateSmemWg<K, V, true, true, true>::bytes,
+                "wy_tc_state_kernel_wg9 (half, fp16 U) launch");
     if (v9 && half)
-      return go9(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
-                 "wy_tc_state_kernel_wg9 (half) launch");
+      return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
+                "wy_tc_state_kernel_wg9 (half) launch");
     if (v9)
-      return go9(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
-                 "wy_tc_state_kernel_wg9 launch");
+      return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
+                "wy_tc_state_kernel_wg9 launch");
     if (wg && exact_ws)
       return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
                 "wy_tc_state_kernel_wg launch");

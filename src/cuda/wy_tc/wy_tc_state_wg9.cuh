@@ -117,22 +117,9 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
-// kKRaw (half format with fp16 U only; GDN_WYTC_KRAW=1): the ST fold's B = K is the raw k tile
-// of the chunk, brought by K / 64 tensor copies through tmap_k (wg_k_raw_map, wy_tc.cu) into a
-// raw-K buffer past Sm::bytes (1024-byte aligned, C * K * 2 bytes per buffer), in the N-major
-// 128-byte-swizzle layout: token t's keys 64 j .. 64 j + 63 in the 128-byte row t of half j
-// (C * 128 bytes per half), wgmma's transposed B with LBO = C * 128 (next 64 keys) and SBO =
-// 1024 (next 8 tokens). This replaces the K^T copy the chunk kernel writes. Token rows past a
-// partial chunk's end (the next sequence's tokens; past T the copy fills zeros) are zeroed in
-// shared memory before ST reads them, so the fold sees the same zero rows as the K^T copy (the
-// chunk kernel zero-fills them) and the same bits come out.
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, bool kKRaw = false>
-__global__ void __launch_bounds__(SCfg::kThreads, 1)
-    wy_tc_state_kernel_wg9(StateParams p, const __grid_constant__ CUtensorMap tmap_k) {
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
+__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
-  static_assert(!kKRaw || (kHalf && kU16), "raw K: instantiated for the default scheme only");
-  static_assert(!kKRaw || K % 64 == 0, "raw K: whole 64-key halves");
-  const void* const tmk = kKRaw ? static_cast<const void*>(&tmap_k) : nullptr;
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   using Sm = StateSmemWg<K, V, true, kHalf, kU16>;
@@ -143,10 +130,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem_wg[];
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = cuda::smem_u32(smem_wg);
-  // Raw-K buffers (kKRaw): the first 1024-byte boundary at or past Sm::bytes (the launch adds
-  // 1024 bytes of slack).
-  const unsigned o_kr = kKRaw ? ((sb + static_cast<unsigned>(Sm::bytes) + 1023u) & ~1023u) - sb : 0u;
-  unsigned char* const kr = kKRaw ? smem_wg + o_kr : nullptr;
   float st[K / 8][4];
   const WgBlock wb = wg_begin<K, V>(p, bar, st);
   const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
@@ -160,18 +143,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1)
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
-      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h, tmk, kr);
+      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
     }
   // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
   // d0 + off / 16 + (lbo / 16 << 16), d0 = the start-address field of smem_wg (no field
   // overlaps: the start address is bits 0-13, LBO bits 16-29). One base per buffer and chunk.
   const unsigned d0 = wg9_desc_lo(sb, 0u);
   constexpr unsigned kLC = (lC >> 4) << 16, kLK = (lK >> 4) << 16;
-  // Raw K: descriptor of buffer 0 (128-byte swizzle, LBO C * 128 between the 64-key halves,
-  // SBO 1024 between 8-token groups); buffer b and k-step kc add (b C K 2 + kc 2048) / 16.
-  const std::uint64_t d_kr = (1ull << 62) | (static_cast<std::uint64_t>(1024u >> 4) << 32) |
-                             (static_cast<std::uint64_t>((C * 128u) >> 4) << 16) |
-                             (((sb + o_kr) & 0x3FFFFu) >> 4);
   // O staging (2-byte out): this lane's stmatrix row address, token 8 (L >> 4) + (L & 7), value
   // warp * 16 + 8 ((L >> 3) & 1) (see wg9_pack_o).
   constexpr bool kPack = sizeof(TOut) == 2;
@@ -269,7 +247,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
       if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
-        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h, tmk, kr);
+        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
       store_o(prev_tok0, prev_len);
     }
     prev_tok0 = tok0, prev_len = len;
@@ -294,17 +272,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1)
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
     wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
-    if constexpr (kKRaw) {
-      if (len < C) {  // raw K: the rows past the chunk's end to zero (block-uniform branch)
-        unsigned char* const kt = kr + b * Sm::kCK;  // half j: row t at j * C * 128 + t * 128
-        const int pieces = (C - len) * 8;             // 16-byte pieces per half
-        for (int q = threadIdx.x; q < (K / 64) * pieces; q += SCfg::kThreads)
-          *reinterpret_cast<uint4*>(kt + (q / pieces) * C * 128 + len * 128 + q % pieces * 16) =
-              make_uint4(0u, 0u, 0u, 0u);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-      }
-    }
     std::uint32_t dh[C / 16][4], dl[C / 16][4];
     {
       const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
@@ -319,15 +286,9 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1)
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
-      if constexpr (kKRaw) {  // N-major raw K: tokens 16 kc .. 16 kc + 15 at byte 2048 kc
-        const std::uint64_t kh = d_kr + ((b * Sm::kCK + kc * 2048) >> 4);
-        wg::wgmma_nk<K, 1>(st, dl[kc], kh);
-        wg::wgmma_nk<K, 1>(st, dh[kc], kh);
-      } else {
-        const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
-        wg::wgmma_nk<K>(st, dl[kc], kh);
-        wg::wgmma_nk<K>(st, dh[kc], kh);
-      }
+      const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
+      wg::wgmma_nk<K>(st, dl[kc], kh);
+      wg::wgmma_nk<K>(st, dh[kc], kh);
     }
     wg::commit();
     std::uint32_t vh[C / 16][4], vl[kHalf ? 1 : C / 16][4];  // OP's Vn^T (kHalf: fp16, vh only)
@@ -383,7 +344,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1)
   }
   store_state<K, V>(st, p, nh, v0);
 #else
-  (void)p, (void)tmap_k;
+  (void)p;
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
 #endif
 }

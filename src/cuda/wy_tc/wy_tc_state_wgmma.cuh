@@ -61,21 +61,18 @@ namespace wg {
 #define GDN_WGMMA_N64(TY)                                                               \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                            \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "              \
-               "{" GDN_WG_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"     \
+               "{" GDN_WG_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"       \
                : GDN_WG_ACC32                                                           \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum),    \
-                 "n"(kTransB))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
 #define GDN_WGMMA_N128(TY)                                                              \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                            \
                "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " "             \
-               "{" GDN_WG_REGS64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"     \
+               "{" GDN_WG_REGS64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"       \
                : GDN_WG_ACC64                                                           \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum),    \
-                 "n"(kTransB))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccum))
 
 // d[8][4] += A (4 bf16x2 registers, or f16x2 with kF16) x B (smem descriptor), m64n64k16.
-// kTransB 1: B is N-major in shared memory (wgmma's imm-trans-b; 16-bit types only).
-template <int kAccum, bool kF16 = false, int kTransB = 0>  // kAccum 0: d = A B, 1: d += A B
+template <int kAccum, bool kF16 = false>  // kAccum 0: d = A B, 1: d += A B; kF16: f16 operands
 __device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const std::uint32_t (&a)[4],
                                           std::uint64_t desc) {
   if constexpr (kF16) GDN_WGMMA_N64("f16");
@@ -83,7 +80,7 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const std::uint32_t 
 }
 
 // d[16][4] += A x B, m64n128k16 (as wgmma_n64).
-template <int kAccum, bool kF16 = false, int kTransB = 0>  // kAccum 0: d = A B, 1: d += A B
+template <int kAccum, bool kF16 = false>  // kAccum 0: d = A B, 1: d += A B; kF16: f16 operands
 __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const std::uint32_t (&a)[4],
                                           std::uint64_t desc) {
   if constexpr (kF16) GDN_WGMMA_N128("f16");
@@ -98,11 +95,11 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const std::uint32_
 #undef GDN_WG_REGS64
 
 // m64nKk16 accumulate into a K-column accumulator (K = 64 or 128).
-template <int K, int kTransB = 0>
-__device__ __forceinline__ void wgmma_nk(float (&d)[K / 8][4], const std::uint32_t (&a)[4],
-                                         std::uint64_t desc) {
-  if constexpr (K == 128) wgmma_n128<1, false, kTransB>(d, a, desc);
-  else wgmma_n64<1, false, kTransB>(d, a, desc);
+template <int K> __device__ __forceinline__ void wgmma_nk(float (&d)[K / 8][4],
+                                                          const std::uint32_t (&a)[4],
+                                                          std::uint64_t desc) {
+  if constexpr (K == 128) wgmma_n128<1>(d, a, desc);
+  else wgmma_n64<1>(d, a, desc);
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -214,14 +211,9 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
     cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
 }
-// tmap_k, kr (v9 with raw K, wy_tc_state_kernel_wg9's kKRaw): the K tile is the raw k rows of
-// the chunk's tokens, K / 64 tensor copies of 64 keys x C tokens (128-byte swizzle) into the
-// raw-K buffer kr + b * C * K * 2 (1024-byte aligned), instead of the chunk kernel's K^T tile.
 template <typename Sm, int K, bool kExact>
 __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* smem,
-                                           std::uint64_t* bar, int cg, int c_begin, int h,
-                                           const void* tmap_k = nullptr,
-                                           unsigned char* kr = nullptr) {
+                                           std::uint64_t* bar, int cg, int c_begin, int h) {
   constexpr int C = Cfg::kChunk;
   const int b = (cg - c_begin) % Sm::NBUF;
   unsigned char* d = smem + Sm::oB + b * Sm::kStrideB;
@@ -231,17 +223,7 @@ __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* 
   cuda::mbar_arrive_tx(bb, Sm::kBytesB);
   cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
   if constexpr (!Sm::kHalfFmt) cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
-  if (kExact && tmap_k != nullptr) {
-    // Box {64 keys, C tokens, 1 head} at (64 j, tok0, key head) to kr's buffer b + j * C * 128:
-    // token t's 64 keys in the 128-byte row t, 16-byte pieces swizzled by t % 8.
-    const int hk = static_cast<int>(bk - static_cast<std::int64_t>(cg) * p.HK);
-    const int tok0 = p.chunk_tok0[cg];
-#pragma unroll
-    for (int j = 0; j < K / 64; ++j)
-      cuda::tensor_g2s_3d(kr + b * Sm::kCK + j * C * 128, tmap_k, 64 * j, tok0, hk, bb);
-  } else {
-    cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
-  }
+  cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
 }
