@@ -23,12 +23,12 @@ sample() {  # $1: tag; runs "${@:2}" while sampling
   kill "$smi" "$smi2" 2>/dev/null; wait "$smi" "$smi2" 2>/dev/null
   # clocks_event_reasons.active bit mask (nvidia-smi -q names): 0x1 idle, 0x2 application clocks
   # setting, 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power
-  # brake; samples per (mask, temperature band of 5 C)
+  # brake. Printed: samples and mean SM clock per mask, and the temperature range of the run.
   echo "$tag clock-event reasons (mask: samples, SM clock mean; temperature range):"
   awk -F', ' 'NF >= 3 && $1 ~ /^[0-9]+$/ {n[$2]++; c[$2] += $1; if (tmin == "" || $3 < tmin) tmin = $3; if ($3 > tmax) tmax = $3}
     END {for (m in n) printf "  %s: %d, %.0f MHz\n", m, n[m], c[m] / n[m]; printf "  temperature %s-%s C\n", tmin, tmax}' \
     "$OUT/reasons_$tag.csv"
-  head -c 300 "$OUT/reasons_$tag.csv" | grep -iv "^[0-9]" | head -2
+  head -c 300 "$OUT/reasons_$tag.csv" | grep -iv "^[0-9]" | head -2  # nvidia-smi's error, if any
   awk -F', ' -v tag="$tag" '$3 > 200 {n++; c += $2; p += $3; if (min == "" || $2 < min) min = $2}
     END {if (n) printf "%-8s %4d busy samples (power > 200 W): SM clock mean %.0f MHz min %d, power mean %.0f W\n", tag, n, c / n, min, p / n}' \
     "$OUT/clocks_$tag.csv"
