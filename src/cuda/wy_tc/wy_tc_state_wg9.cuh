@@ -65,6 +65,28 @@ __device__ __forceinline__ void wg9_stsm_x4_trans(unsigned saddr, std::uint32_t 
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
+
+// The fused gated norm's cluster primitives (kNorm: the two V slices of a value head are one
+// cluster of two blocks, rank = slice).
+__device__ __forceinline__ unsigned wg9_peer_addr(unsigned saddr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void wg9_st_cluster(unsigned addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ float wg9_ld_shared(unsigned addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void wg9_cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wg9_cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 #endif
 
 // wg_stage_o for 2-byte TOut, in two steps. O^T in the accumulator layout (element (nt, e) =
@@ -117,7 +139,9 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
+// kNorm (the layer's gated RMSNorm fused into the o epilogue; bf16 out, V = 2 slices, launched as
+// clusters of 2 blocks): see "Fused gated norm" below.
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, bool kNorm = false>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
@@ -178,6 +202,113 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
           *reinterpret_cast<uint4*>(dst + j * o_step) = s_thr[j * kStepS];
     } else {
       wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice);
+    }
+  };
+  // Fused gated norm (kNorm). y = rmsnorm(o) * w * silu(z) over a value head's V = 128 values per
+  // token, o the bf16 value this pass would store, with the layer's gated_norm_kernel arithmetic
+  // (src/cuda/layer/layer.cu, 16 lanes per row of 8 values), so that y equals the unfused
+  // layer's bit for bit: a thread's 8 values (row i0 + kRows j, piece c0 / 8 of its slice) are
+  // that kernel's lane (slice * 8 + c0 / 8) and its sum of squares that lane's; the first
+  // butterfly step of that kernel (xor 8) adds the lanes of the two slices, here each block's
+  // partial plus the other block's, written into this block's shared memory by the other one
+  // (st.shared::cluster) and read after the cluster barrier; then xor 4, 2, 1 in the warp.
+  // The epilogue of chunk c - 1 runs in two parts: in X(c)'s shadow (sums, remote stores, z
+  // loads, cluster arrive) and in ST(c)'s (cluster wait, the norm, the stores), so the other
+  // block's partials have ~a phase to arrive. Partials double-buffered by epilogue parity: a
+  // block writes buffer b again two epilogues later, after a cluster wait that needed the other
+  // block's arrive of the epilogue in between, which follows its reads of buffer b.
+  static_assert(!kNorm || (kPack && std::is_same_v<TOut, __nv_bfloat16> && V == 2 * VS &&
+                           kEl == 8 && kPieces == 8),
+                "the fused norm: bf16 out, two 64-value slices, 16-byte pieces");
+  constexpr int kNR = C / kRows;  // rows per thread
+  [[maybe_unused]] constexpr unsigned kGnBuf = C * kPieces * 4, kGnRow = kRows * kPieces * 4;
+  static_assert(!kNorm || C * kLdO * 2 + 2 * kGnBuf <= C * (VS * 4 + 16),
+                "the partials fit behind the bf16 staging in the O region");
+  [[maybe_unused]] float gn_ss[kNorm ? kNR : 1];
+  [[maybe_unused]] uint4 gn_zv[kNorm ? kNR : 1];
+  [[maybe_unused]] unsigned gn_local = 0, gn_peer = 0;  // this thread's partial, buffer 0, row j 0
+  [[maybe_unused]] const __nv_bfloat16* gn_z_thr = nullptr;
+  if constexpr (kNorm) {
+    gn_local = sb + Sm::oO + C * kLdO * 2 + threadIdx.x * 4;
+    gn_peer = wg9_peer_addr(gn_local, static_cast<unsigned>(slice ^ 1));
+    gn_z_thr = p.gn_z + static_cast<std::int64_t>(i0) * p.gn_z_st + h * p.gn_z_sh + slice * VS + c0;
+  }
+  auto gn_begin = [&](int tok0, int len, int b) {  // after the barrier that follows the staging
+    if constexpr (kNorm) {
+      const __nv_bfloat16* zr = gn_z_thr + static_cast<std::int64_t>(tok0) * p.gn_z_st;
+#pragma unroll
+      for (int j = 0; j < kNR; ++j) {
+        const uint4 pc = s_thr[j * kStepS];
+        const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float lo = __uint_as_float(u[i] << 16), hi = __uint_as_float(u[i] & 0xffff0000u);
+          ss += lo * lo;
+          ss += hi * hi;
+        }
+        gn_ss[j] = ss;
+        wg9_st_cluster(gn_peer + b * kGnBuf + j * kGnRow, ss);
+        gn_zv[j] = i0 + j * kRows < len
+                       ? *reinterpret_cast<const uint4*>(zr + static_cast<std::int64_t>(j) * kRows * p.gn_z_st)
+                       : make_uint4(0u, 0u, 0u, 0u);
+      }
+      wg9_cluster_arrive();
+    } else {
+      (void)tok0, (void)len, (void)b;
+    }
+  };
+  auto gn_finish = [&](int tok0, int len, int b) {
+    if constexpr (kNorm) {
+      wg9_cluster_wait();
+      float w[8];
+      {
+        const float4* wp = reinterpret_cast<const float4*>(p.gn_w + slice * VS + c0);
+        const float4 a = wp[0], bb = wp[1];
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = bb.x, w[5] = bb.y, w[6] = bb.z,
+        w[7] = bb.w;
+      }
+      __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(p.o) +
+                                 static_cast<std::int64_t>(i0 + tok0) * p.o_st + h * p.o_sh +
+                                 slice * VS + c0;
+#pragma unroll
+      for (int j = 0; j < kNR; ++j) {
+        float t = gn_ss[j];
+        if (!p.gn_negctl) t += wg9_ld_shared(gn_local + b * kGnBuf + j * kGnRow);
+#pragma unroll
+        for (int s = kPieces / 2; s > 0; s >>= 1) t += __shfl_xor_sync(0xffffffffu, t, s);
+        const float inv = rsqrtf(t / static_cast<float>(V) + p.gn_eps);
+        const uint4 pc = s_thr[j * kStepS];
+        const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
+        const std::uint32_t zu[4] = {gn_zv[j].x, gn_zv[j].y, gn_zv[j].z, gn_zv[j].w};
+        float x[8], z[8], sz[8];
+        bool fast = true;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          x[2 * i] = __uint_as_float(u[i] << 16), x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+          z[2 * i] = __uint_as_float(zu[i] << 16), z[2 * i + 1] = __uint_as_float(zu[i] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          sz[i] = cuda::silu_fast(z[i]);
+          fast &= cuda::silu_fast_in_range(z[i]);
+        }
+        if (!fast) {  // rare: z outside the fast path's range (the layer kernel's fallback)
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            if (!cuda::silu_fast_in_range(z[i])) sz[i] = cuda::silu(z[i]);
+        }
+        std::uint32_t y[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          y[i] = pack_bf16(x[2 * i] * inv * w[2 * i] * sz[2 * i],
+                           x[2 * i + 1] * inv * w[2 * i + 1] * sz[2 * i + 1]);
+        if (i0 + j * kRows < len)
+          *reinterpret_cast<uint4*>(dst + static_cast<std::int64_t>(j) * kRows * p.o_st) =
+              make_uint4(y[0], y[1], y[2], y[3]);
+      }
+    } else {
+      (void)tok0, (void)len, (void)b;
     }
   };
   // S^T of the next chunk split hi + lo (X and OS operands; kHalf: rounded to fp16 once), and
@@ -248,8 +379,10 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
       if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
         wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
-      store_o(prev_tok0, prev_len);
+      if constexpr (kNorm) gn_begin(prev_tok0, prev_len, it & 1);  // finished in ST(c)'s shadow
+      else store_o(prev_tok0, prev_len);
     }
+    const int ep_tok0 = prev_tok0, ep_len = prev_len;
     prev_tok0 = tok0, prev_len = len;
     wg::fence();
 #pragma unroll
@@ -299,6 +432,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     }
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
+    if constexpr (kNorm) gn_finish(ep_tok0, ep_len, it & 1);  // chunk c - 1's y (before the
+                                                              // barrier below: sO is reused)
     wg::wait<1>();  // OS(c) done (ST(c) may run)
     wg::keep(ot);
     {  // O^T columns (tokens) scaled by eq before the P fold adds in
@@ -340,7 +475,13 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       wg_stage_o<TOut, Sm>(ot, smem_wg);
     }
     __syncthreads();
-    store_o(prev_tok0, prev_len);
+    if constexpr (kNorm) {
+      const int b = (c_end - c_begin) & 1;  // the epilogues' parity continues
+      gn_begin(prev_tok0, prev_len, b);
+      gn_finish(prev_tok0, prev_len, b);
+    } else {
+      store_o(prev_tok0, prev_len);
+    }
   }
   store_state<K, V>(st, p, nh, v0);
 #else
