@@ -73,19 +73,25 @@ __device__ __forceinline__ unsigned wg9_peer_addr(unsigned saddr, unsigned rank)
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
   return r;
 }
-__device__ __forceinline__ void wg9_st_cluster(unsigned addr, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+// 16 bytes into the other block's shared memory, completing (complete_tx) on its mbarrier: no
+// fence, and the receiver waits on its own mbarrier (CTA scope).
+__device__ __forceinline__ void wg9_st_async4(unsigned raddr, const float (&v)[4], unsigned rbar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(raddr),
+      "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[1])), "r"(__float_as_uint(v[2])),
+      "r"(__float_as_uint(v[3])), "r"(rbar)
+      : "memory");
 }
-__device__ __forceinline__ float wg9_ld_shared(unsigned addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+__device__ __forceinline__ float4 wg9_ld_shared4(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
   return v;
 }
-__device__ __forceinline__ void wg9_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wg9_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+__device__ __forceinline__ void wg9_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 #endif
 
@@ -210,32 +216,44 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   // layer's bit for bit: a thread's 8 values (row i0 + kRows j, piece c0 / 8 of its slice) are
   // that kernel's lane (slice * 8 + c0 / 8) and its sum of squares that lane's; the first
   // butterfly step of that kernel (xor 8) adds the lanes of the two slices, here each block's
-  // partial plus the other block's, written into this block's shared memory by the other one
-  // (st.shared::cluster) and read after the cluster barrier; then xor 4, 2, 1 in the warp.
-  // The epilogue of chunk c - 1 runs in two parts: in X(c)'s shadow (sums, remote stores, z
-  // loads, cluster arrive) and in ST(c)'s (cluster wait, the norm, the stores), so the other
-  // block's partials have ~a phase to arrive. Partials double-buffered by epilogue parity: a
-  // block writes buffer b again two epilogues later, after a cluster wait that needed the other
-  // block's arrive of the epilogue in between, which follows its reads of buffer b.
+  // partial plus the other block's; then xor 4, 2, 1 in the warp.
+  // Exchange: each thread sends its 4 partials (16 bytes) into the other block's shared memory by
+  // st.async, which completes on that block's mbarrier gn_bar[e & 1] (2 KiB expected per
+  // epilogue e, announced by the receiver's thread 0); the receiver waits on its own mbarrier.
+  // No fences: r54's first version (cluster barrier, arrive.release / wait.acquire) made the
+  // pass 2.3x slower (the release waits for the z loads and the y stores in flight; the acquire
+  // at cluster scope costs the L1). The epilogue of chunk c - 1 runs in two parts: in X(c)'s
+  // shadow (sums, send, z loads) and in ST(c)'s (wait, the norm, the stores). Buffers reused
+  // two epilogues later: a block sends into buffer b again only after it has received the
+  // other block's next partials, which that block sends after reading buffer b.
   static_assert(!kNorm || (kPack && std::is_same_v<TOut, __nv_bfloat16> && V == 2 * VS &&
-                           kEl == 8 && kPieces == 8),
-                "the fused norm: bf16 out, two 64-value slices, 16-byte pieces");
+                           kEl == 8 && kPieces == 8 && C / kRows == 4),
+                "the fused norm: bf16 out, two 64-value slices, 16-byte pieces, 4 rows per thread");
   constexpr int kNR = C / kRows;  // rows per thread
-  [[maybe_unused]] constexpr unsigned kGnBuf = C * kPieces * 4, kGnRow = kRows * kPieces * 4;
+  [[maybe_unused]] constexpr unsigned kGnBuf = SCfg::kThreads * 16;  // bytes per epilogue
   static_assert(!kNorm || C * kLdO * 2 + 2 * kGnBuf <= C * (VS * 4 + 16),
                 "the partials fit behind the bf16 staging in the O region");
-  [[maybe_unused]] float gn_ss[kNorm ? kNR : 1];
+  __shared__ __align__(8) std::uint64_t gn_bar[kNorm ? 2 : 1];
+  [[maybe_unused]] float gn_ss[kNR];
   [[maybe_unused]] uint4 gn_zv[kNorm ? kNR : 1];
-  [[maybe_unused]] unsigned gn_local = 0, gn_peer = 0;  // this thread's partial, buffer 0, row j 0
+  [[maybe_unused]] unsigned gn_local = 0, gn_peer = 0, gn_peer_bar = 0;
   [[maybe_unused]] const __nv_bfloat16* gn_z_thr = nullptr;
   if constexpr (kNorm) {
-    gn_local = sb + Sm::oO + C * kLdO * 2 + threadIdx.x * 4;
+    gn_local = sb + Sm::oO + C * kLdO * 2 + threadIdx.x * 16;  // this thread's partials, buffer 0
     gn_peer = wg9_peer_addr(gn_local, static_cast<unsigned>(slice ^ 1));
+    gn_peer_bar = wg9_peer_addr(cuda::smem_u32(&gn_bar[0]), static_cast<unsigned>(slice ^ 1));
     gn_z_thr = p.gn_z + static_cast<std::int64_t>(i0) * p.gn_z_st + h * p.gn_z_sh + slice * VS + c0;
+    if (threadIdx.x == 0) {
+      cuda::mbar_init(&gn_bar[0], 1);
+      cuda::mbar_init(&gn_bar[1], 1);
+      cuda::mbar_init_fence();
+    }
+    wg9_cluster_sync();  // both blocks' mbarriers initialised before any st.async reaches them
   }
-  auto gn_begin = [&](int tok0, int len, int b) {  // after the barrier that follows the staging
+  auto gn_begin = [&](int tok0, int len, int e) {  // after the barrier that follows the staging
     if constexpr (kNorm) {
-      const __nv_bfloat16* zr = gn_z_thr + static_cast<std::int64_t>(tok0) * p.gn_z_st;
+      const int b = e & 1;
+      if (threadIdx.x == 0) cuda::mbar_arrive_tx(&gn_bar[b], kGnBuf);  // the other block's 2 KiB
 #pragma unroll
       for (int j = 0; j < kNR; ++j) {
         const uint4 pc = s_thr[j * kStepS];
@@ -248,33 +266,38 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
           ss += hi * hi;
         }
         gn_ss[j] = ss;
-        wg9_st_cluster(gn_peer + b * kGnBuf + j * kGnRow, ss);
+      }
+      wg9_st_async4(gn_peer + b * kGnBuf, gn_ss, gn_peer_bar + b * 8);
+      const __nv_bfloat16* zr = gn_z_thr + static_cast<std::int64_t>(tok0) * p.gn_z_st;
+#pragma unroll
+      for (int j = 0; j < kNR; ++j)
         gn_zv[j] = i0 + j * kRows < len
                        ? *reinterpret_cast<const uint4*>(zr + static_cast<std::int64_t>(j) * kRows * p.gn_z_st)
                        : make_uint4(0u, 0u, 0u, 0u);
-      }
-      wg9_cluster_arrive();
     } else {
-      (void)tok0, (void)len, (void)b;
+      (void)tok0, (void)len, (void)e;
     }
   };
-  auto gn_finish = [&](int tok0, int len, int b) {
+  auto gn_finish = [&](int tok0, int len, int e) {
     if constexpr (kNorm) {
-      wg9_cluster_wait();
-      float w[8];
+      const int b = e & 1;
+      cuda::mbar_wait(&gn_bar[b], static_cast<unsigned>(e >> 1) & 1u);  // the other slice's sums
+      float w[8];  // (loaded here, not before the wait: 4-8 bytes of spills there)
       {
         const float4* wp = reinterpret_cast<const float4*>(p.gn_w + slice * VS + c0);
         const float4 a = wp[0], bb = wp[1];
         w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = bb.x, w[5] = bb.y, w[6] = bb.z,
         w[7] = bb.w;
       }
+      const float4 o4 = wg9_ld_shared4(gn_local + b * kGnBuf);
+      const float other[4] = {o4.x, o4.y, o4.z, o4.w};
       __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(p.o) +
                                  static_cast<std::int64_t>(i0 + tok0) * p.o_st + h * p.o_sh +
                                  slice * VS + c0;
 #pragma unroll
       for (int j = 0; j < kNR; ++j) {
         float t = gn_ss[j];
-        if (!p.gn_negctl) t += wg9_ld_shared(gn_local + b * kGnBuf + j * kGnRow);
+        if (!p.gn_negctl) t += other[j];
 #pragma unroll
         for (int s = kPieces / 2; s > 0; s >>= 1) t += __shfl_xor_sync(0xffffffffu, t, s);
         const float inv = rsqrtf(t / static_cast<float>(V) + p.gn_eps);
@@ -308,7 +331,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
               make_uint4(y[0], y[1], y[2], y[3]);
       }
     } else {
-      (void)tok0, (void)len, (void)b;
+      (void)tok0, (void)len, (void)e;
     }
   };
   // S^T of the next chunk split hi + lo (X and OS operands; kHalf: rounded to fp16 once), and
@@ -379,7 +402,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
       if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
         wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
-      if constexpr (kNorm) gn_begin(prev_tok0, prev_len, it & 1);  // finished in ST(c)'s shadow
+      if constexpr (kNorm) gn_begin(prev_tok0, prev_len, it);  // finished in ST(c)'s shadow
       else store_o(prev_tok0, prev_len);
     }
     const int ep_tok0 = prev_tok0, ep_len = prev_len;
@@ -432,7 +455,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     }
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
-    if constexpr (kNorm) gn_finish(ep_tok0, ep_len, it & 1);  // chunk c - 1's y (before the
+    if constexpr (kNorm) gn_finish(ep_tok0, ep_len, it);  // chunk c - 1's y (before the
                                                               // barrier below: sO is reused)
     wg::wait<1>();  // OS(c) done (ST(c) may run)
     wg::keep(ot);
@@ -476,9 +499,9 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     }
     __syncthreads();
     if constexpr (kNorm) {
-      const int b = (c_end - c_begin) & 1;  // the epilogues' parity continues
-      gn_begin(prev_tok0, prev_len, b);
-      gn_finish(prev_tok0, prev_len, b);
+      const int e = max(c_end - c_begin, 0);  // the epilogues' count continues
+      gn_begin(prev_tok0, prev_len, e);
+      gn_finish(prev_tok0, prev_len, e);
     } else {
       store_o(prev_tok0, prev_len);
     }
