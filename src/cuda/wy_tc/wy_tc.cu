@@ -1603,13 +1603,14 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    // kNorm: clusters of the two V slices of a value head (blockIdx.x % 2 = slice = cluster rank).
+    // kNorm: clusters of the two V slices of a value head (blockIdx.x % 2 = slice = cluster rank),
+    // 256 threads (the chain's warpgroup and the norm warpgroup).
     auto go_norm = [&](auto kern, std::size_t smem, const char* name) -> Status {
       GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-      cfg.blockDim = dim3(SCfg::kThreads);
+      cfg.blockDim = dim3(2 * SCfg::kThreads);  // + the norm warpgroup (wg9_norm_warpgroup)
       cfg.dynamicSmemBytes = smem;
       cfg.stream = stream;
       cudaLaunchAttribute attr[1];

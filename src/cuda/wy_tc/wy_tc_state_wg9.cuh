@@ -90,6 +90,12 @@ __device__ __forceinline__ float4 wg9_ld_shared4(unsigned addr) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ void wg9_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void wg9_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void wg9_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -138,6 +144,125 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
   h[3] = pack_f16(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
 }
 
+#if GDN_WYTC_WG_DEVICE
+// The fused gated norm (kNorm): y = rmsnorm(o) * w * silu(z) over a value head's V = 128 values per
+// token, o the bf16 value the pass would store, with the layer's gated_norm_kernel arithmetic
+// (src/cuda/layer/layer.cu, 16 lanes per row of 8 values), so that y equals the unfused layer's
+// bit for bit: a thread's 8 values (row i0 + 16 j, piece c0 / 8 of its slice) are that kernel's
+// lane (slice * 8 + c0 / 8) and its sum of squares that lane's; that kernel's first butterfly
+// step (xor 8) adds the lanes of the two slices, here each block's partial plus the other
+// block's; then xor 4, 2, 1 in the warp.
+// Run by a second warpgroup of the block (threads 128 .. 255), off the state chain: r54 / r55
+// ran it in the chain's warpgroup (one warp per scheduler, so every instruction of it costs its
+// full latency) and the pass took 505-550 us against 234 at T = 8192. The chain's warpgroup
+// stages each chunk's o tile as before and signals named barrier 2; this warpgroup reads it,
+// then signals barrier 3 (the tile may be overwritten), so one staging buffer suffices.
+// Exchange between the slices: each thread sends its 4 partials (16 bytes) into the other
+// block's shared memory by st.async, completing on that block's mbarrier gn_bar[e & 1] (2 KiB
+// expected per chunk e, announced by the receiver's thread); the receiver waits on its own
+// mbarrier, no fences. A block sends into buffer b again (chunk e + 2) only after it has
+// received the other block's partials of chunk e + 1, which that block sends after reading its
+// buffer b for chunk e.
+template <typename Sm>
+__device__ __forceinline__ void wg9_norm_warpgroup(const StateParams& p, unsigned sb,
+                                                   const unsigned char* smem_wg,
+                                                   std::uint64_t* gn_bar, int slice, int h,
+                                                   int c_begin, int c_end) {
+  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, kLdO = VS + 8, kPieces = VS / 8;
+  constexpr int kRows = SCfg::kThreads / kPieces, kNR = C / kRows;
+  static_assert(kPieces == 8 && kNR == 4, "8 threads per 64-value row segment, 4 rows each");
+  constexpr unsigned kGnBuf = SCfg::kThreads * 16;  // bytes of partials per chunk
+  static_assert(C * kLdO * 2 + 2 * kGnBuf <= C * (VS * 4 + 16),
+                "the partials fit behind the bf16 staging in the O region");
+  constexpr int kStepS = kRows * kLdO * 2 / 16;  // uint4 per row step of the staged tile
+  const int t = threadIdx.x - SCfg::kThreads;
+  const int i0 = t / kPieces, c0 = (t % kPieces) * 8;
+  const uint4* const s_thr =
+      reinterpret_cast<const uint4*>(smem_wg + Sm::oO + (i0 * kLdO + c0) * 2);
+  const unsigned gn_local = sb + Sm::oO + C * kLdO * 2 + t * 16;  // this thread's partials
+  const unsigned gn_peer = wg9_peer_addr(gn_local, static_cast<unsigned>(slice ^ 1));
+  const unsigned gn_peer_bar = wg9_peer_addr(cuda::smem_u32(gn_bar), static_cast<unsigned>(slice ^ 1));
+  const __nv_bfloat16* const z_thr =
+      p.gn_z + static_cast<std::int64_t>(i0) * p.gn_z_st + h * p.gn_z_sh + slice * VS + c0;
+  __nv_bfloat16* const y_thr = static_cast<__nv_bfloat16*>(p.o) +
+                               static_cast<std::int64_t>(i0) * p.o_st + h * p.o_sh + slice * VS + c0;
+  float w[8];
+  {
+    const float4* wp = reinterpret_cast<const float4*>(p.gn_w + slice * VS + c0);
+    const float4 a = wp[0], b = wp[1];
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  }
+  for (int cg = c_begin; cg < c_end; ++cg) {
+    const int e = cg - c_begin, b = e & 1;
+    const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
+    uint4 zv[kNR];  // z of this chunk (issued before the tile is ready)
+#pragma unroll
+    for (int j = 0; j < kNR; ++j)
+      zv[j] = i0 + j * kRows < len
+                  ? *reinterpret_cast<const uint4*>(
+                        z_thr + static_cast<std::int64_t>(tok0 + j * kRows) * p.gn_z_st)
+                  : make_uint4(0u, 0u, 0u, 0u);
+    if (t == 0) cuda::mbar_arrive_tx(&gn_bar[b], kGnBuf);  // the other block's 2 KiB
+    wg9_bar_sync(2, 2 * SCfg::kThreads);                    // chunk cg's o tile staged
+    float ss[kNR];
+#pragma unroll
+    for (int j = 0; j < kNR; ++j) {
+      const uint4 pc = s_thr[j * kStepS];
+      const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
+      float a = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float lo = __uint_as_float(u[i] << 16), hi = __uint_as_float(u[i] & 0xffff0000u);
+        a += lo * lo;
+        a += hi * hi;
+      }
+      ss[j] = a;
+    }
+    wg9_st_async4(gn_peer + b * kGnBuf, ss, gn_peer_bar + b * 8);
+    cuda::mbar_wait(&gn_bar[b], static_cast<unsigned>(e >> 1) & 1u);  // the other slice's sums
+    const float4 o4 = wg9_ld_shared4(gn_local + b * kGnBuf);
+    const float other[4] = {o4.x, o4.y, o4.z, o4.w};
+#pragma unroll
+    for (int j = 0; j < kNR; ++j) {
+      float tt = ss[j];
+      if (!p.gn_negctl) tt += other[j];
+#pragma unroll
+      for (int s = kPieces / 2; s > 0; s >>= 1) tt += __shfl_xor_sync(0xffffffffu, tt, s);
+      const float inv = rsqrtf(tt / static_cast<float>(2 * VS) + p.gn_eps);
+      const uint4 pc = s_thr[j * kStepS];
+      const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
+      const std::uint32_t zu[4] = {zv[j].x, zv[j].y, zv[j].z, zv[j].w};
+      float x[8], z[8], sz[8];
+      bool fast = true;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[2 * i] = __uint_as_float(u[i] << 16), x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        z[2 * i] = __uint_as_float(zu[i] << 16), z[2 * i + 1] = __uint_as_float(zu[i] & 0xffff0000u);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        sz[i] = cuda::silu_fast(z[i]);
+        fast &= cuda::silu_fast_in_range(z[i]);
+      }
+      if (!fast) {  // rare: z outside the fast path's range (the layer kernel's fallback)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (!cuda::silu_fast_in_range(z[i])) sz[i] = cuda::silu(z[i]);
+      }
+      std::uint32_t y[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        y[i] = pack_bf16(x[2 * i] * inv * w[2 * i] * sz[2 * i],
+                         x[2 * i + 1] * inv * w[2 * i + 1] * sz[2 * i + 1]);
+      if (i0 + j * kRows < len)
+        *reinterpret_cast<uint4*>(y_thr + static_cast<std::int64_t>(tok0 + j * kRows) * p.o_st) =
+            make_uint4(y[0], y[1], y[2], y[3]);
+    }
+    if (cg + 1 < c_end) wg9_bar_arrive(3, 2 * SCfg::kThreads);  // the staging buffer is free
+  }
+}
+#endif
+
 // v9: see the top of this file. kHalf (v10, the half operand scheme, docs/bounds.md; the half
 // workspace format): X = S^T W^T and OS = S^T Q^T as ONE fp16 product each (S^T rounded once to
 // fp16; W, Q fp16 tiles), OP = Vn^T P^T one fp16 product (Vn^T rounded once); ST unchanged (Vn^T
@@ -146,9 +271,10 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
 // kNorm (the layer's gated RMSNorm fused into the o epilogue; bf16 out, V = 2 slices, launched as
-// clusters of 2 blocks): see "Fused gated norm" below.
+// clusters of 2 blocks of 256 threads): threads 128 .. 255 run wg9_norm_warpgroup (above).
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, bool kNorm = false>
-__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
+__global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1)
+    wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
@@ -161,7 +287,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = cuda::smem_u32(smem_wg);
   float st[K / 8][4];
-  const WgBlock wb = wg_begin<K, V>(p, bar, st);
+  const WgBlock wb = wg_begin<K, V, 2 * NBUF, kNorm>(p, bar, st);
   const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
   const int v0 = wb.v0;
   const std::int64_t nh = wb.nh;
@@ -170,6 +296,25 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
+  if constexpr (kNorm) {  // threads 128 .. 255: the fused gated norm (wg9_norm_warpgroup)
+    static_assert(std::is_same_v<TOut, __nv_bfloat16> && V == 2 * VS, "bf16 out, two V slices");
+    __shared__ __align__(8) std::uint64_t gn_bar[2];
+    if (threadIdx.x == 0) {
+      cuda::mbar_init(&gn_bar[0], 1);
+      cuda::mbar_init(&gn_bar[1], 1);
+      cuda::mbar_init_fence();
+    }
+    wg9_cluster_sync();  // both blocks' mbarriers initialised before any st.async reaches them
+    if (threadIdx.x >= SCfg::kThreads) {
+      wg9_norm_warpgroup<Sm>(p, sb, smem_wg, gn_bar, slice, h, c_begin, c_end);
+      return;
+    }
+  }
+  // This warpgroup alone (kNorm: named barrier 1; otherwise the block is this warpgroup).
+  auto wg_sync = [] {
+    if constexpr (kNorm) wg9_bar_sync(1, SCfg::kThreads);
+    else __syncthreads();
+  };
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
@@ -208,130 +353,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
           *reinterpret_cast<uint4*>(dst + j * o_step) = s_thr[j * kStepS];
     } else {
       wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice);
-    }
-  };
-  // Fused gated norm (kNorm). y = rmsnorm(o) * w * silu(z) over a value head's V = 128 values per
-  // token, o the bf16 value this pass would store, with the layer's gated_norm_kernel arithmetic
-  // (src/cuda/layer/layer.cu, 16 lanes per row of 8 values), so that y equals the unfused
-  // layer's bit for bit: a thread's 8 values (row i0 + kRows j, piece c0 / 8 of its slice) are
-  // that kernel's lane (slice * 8 + c0 / 8) and its sum of squares that lane's; the first
-  // butterfly step of that kernel (xor 8) adds the lanes of the two slices, here each block's
-  // partial plus the other block's; then xor 4, 2, 1 in the warp.
-  // Exchange: each thread sends its 4 partials (16 bytes) into the other block's shared memory by
-  // st.async, which completes on that block's mbarrier gn_bar[e & 1] (2 KiB expected per
-  // epilogue e, announced by the receiver's thread 0); the receiver waits on its own mbarrier.
-  // No fences: r54's first version (cluster barrier, arrive.release / wait.acquire) made the
-  // pass 2.3x slower (the release waits for the z loads and the y stores in flight; the acquire
-  // at cluster scope costs the L1). The epilogue of chunk c - 1 runs in two parts: in X(c)'s
-  // shadow (sums, send, z loads) and in ST(c)'s (wait, the norm, the stores). Buffers reused
-  // two epilogues later: a block sends into buffer b again only after it has received the
-  // other block's next partials, which that block sends after reading buffer b.
-  static_assert(!kNorm || (kPack && std::is_same_v<TOut, __nv_bfloat16> && V == 2 * VS &&
-                           kEl == 8 && kPieces == 8 && C / kRows == 4),
-                "the fused norm: bf16 out, two 64-value slices, 16-byte pieces, 4 rows per thread");
-  constexpr int kNR = C / kRows;  // rows per thread
-  [[maybe_unused]] constexpr unsigned kGnBuf = SCfg::kThreads * 16;  // bytes per epilogue
-  static_assert(!kNorm || C * kLdO * 2 + 2 * kGnBuf <= C * (VS * 4 + 16),
-                "the partials fit behind the bf16 staging in the O region");
-  __shared__ __align__(8) std::uint64_t gn_bar[kNorm ? 2 : 1];
-  [[maybe_unused]] float gn_ss[kNR];
-  [[maybe_unused]] uint4 gn_zv[kNorm ? kNR : 1];
-  [[maybe_unused]] unsigned gn_local = 0, gn_peer = 0, gn_peer_bar = 0;
-  [[maybe_unused]] const __nv_bfloat16* gn_z_thr = nullptr;
-  if constexpr (kNorm) {
-    gn_local = sb + Sm::oO + C * kLdO * 2 + threadIdx.x * 16;  // this thread's partials, buffer 0
-    gn_peer = wg9_peer_addr(gn_local, static_cast<unsigned>(slice ^ 1));
-    gn_peer_bar = wg9_peer_addr(cuda::smem_u32(&gn_bar[0]), static_cast<unsigned>(slice ^ 1));
-    gn_z_thr = p.gn_z + static_cast<std::int64_t>(i0) * p.gn_z_st + h * p.gn_z_sh + slice * VS + c0;
-    if (threadIdx.x == 0) {
-      cuda::mbar_init(&gn_bar[0], 1);
-      cuda::mbar_init(&gn_bar[1], 1);
-      cuda::mbar_init_fence();
-    }
-    wg9_cluster_sync();  // both blocks' mbarriers initialised before any st.async reaches them
-  }
-  auto gn_begin = [&](int tok0, int len, int e) {  // after the barrier that follows the staging
-    if constexpr (kNorm) {
-      const int b = e & 1;
-      if (threadIdx.x == 0) cuda::mbar_arrive_tx(&gn_bar[b], kGnBuf);  // the other block's 2 KiB
-#pragma unroll
-      for (int j = 0; j < kNR; ++j) {
-        const uint4 pc = s_thr[j * kStepS];
-        const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
-        float ss = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float lo = __uint_as_float(u[i] << 16), hi = __uint_as_float(u[i] & 0xffff0000u);
-          ss += lo * lo;
-          ss += hi * hi;
-        }
-        gn_ss[j] = ss;
-      }
-      wg9_st_async4(gn_peer + b * kGnBuf, gn_ss, gn_peer_bar + b * 8);
-      const __nv_bfloat16* zr = gn_z_thr + static_cast<std::int64_t>(tok0) * p.gn_z_st;
-#pragma unroll
-      for (int j = 0; j < kNR; ++j)
-        gn_zv[j] = i0 + j * kRows < len
-                       ? *reinterpret_cast<const uint4*>(zr + static_cast<std::int64_t>(j) * kRows * p.gn_z_st)
-                       : make_uint4(0u, 0u, 0u, 0u);
-    } else {
-      (void)tok0, (void)len, (void)e;
-    }
-  };
-  auto gn_finish = [&](int tok0, int len, int e) {
-    if constexpr (kNorm) {
-      const int b = e & 1;
-      cuda::mbar_wait(&gn_bar[b], static_cast<unsigned>(e >> 1) & 1u);  // the other slice's sums
-      float w[8];  // (loaded here, not before the wait: 4-8 bytes of spills there)
-      {
-        const float4* wp = reinterpret_cast<const float4*>(p.gn_w + slice * VS + c0);
-        const float4 a = wp[0], bb = wp[1];
-        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = bb.x, w[5] = bb.y, w[6] = bb.z,
-        w[7] = bb.w;
-      }
-      const float4 o4 = wg9_ld_shared4(gn_local + b * kGnBuf);
-      const float other[4] = {o4.x, o4.y, o4.z, o4.w};
-      __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(p.o) +
-                                 static_cast<std::int64_t>(i0 + tok0) * p.o_st + h * p.o_sh +
-                                 slice * VS + c0;
-#pragma unroll
-      for (int j = 0; j < kNR; ++j) {
-        float t = gn_ss[j];
-        if (!p.gn_negctl) t += other[j];
-#pragma unroll
-        for (int s = kPieces / 2; s > 0; s >>= 1) t += __shfl_xor_sync(0xffffffffu, t, s);
-        const float inv = rsqrtf(t / static_cast<float>(V) + p.gn_eps);
-        const uint4 pc = s_thr[j * kStepS];
-        const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
-        const std::uint32_t zu[4] = {gn_zv[j].x, gn_zv[j].y, gn_zv[j].z, gn_zv[j].w};
-        float x[8], z[8], sz[8];
-        bool fast = true;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          x[2 * i] = __uint_as_float(u[i] << 16), x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-          z[2 * i] = __uint_as_float(zu[i] << 16), z[2 * i + 1] = __uint_as_float(zu[i] & 0xffff0000u);
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          sz[i] = cuda::silu_fast(z[i]);
-          fast &= cuda::silu_fast_in_range(z[i]);
-        }
-        if (!fast) {  // rare: z outside the fast path's range (the layer kernel's fallback)
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-            if (!cuda::silu_fast_in_range(z[i])) sz[i] = cuda::silu(z[i]);
-        }
-        std::uint32_t y[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          y[i] = pack_bf16(x[2 * i] * inv * w[2 * i] * sz[2 * i],
-                           x[2 * i + 1] * inv * w[2 * i + 1] * sz[2 * i + 1]);
-        if (i0 + j * kRows < len)
-          *reinterpret_cast<uint4*>(dst + static_cast<std::int64_t>(j) * kRows * p.o_st) =
-              make_uint4(y[0], y[1], y[2], y[3]);
-      }
-    } else {
-      (void)tok0, (void)len, (void)e;
     }
   };
   // S^T of the next chunk split hi + lo (X and OS operands; kHalf: rounded to fp16 once), and
@@ -397,15 +418,22 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       }
     }
     wg::commit();
-    {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
+    if constexpr (kNorm) {  // chunk cg - 1's o tile to the norm warpgroup (none in the first)
+      if (cg > c_begin) {
+        if (cg - c_begin >= 2) wg9_bar_sync(3, 2 * SCfg::kThreads);  // it is done with cg - 2's
+        wg9_stage_o<TOut>(opk, s_stage);
+        wg_sync();  // every warp's OP(c - 1) done: tiles B of c - 1 free
+        if (cg - 1 + NBUF < c_end && threadIdx.x == 0)
+          wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
+        wg9_bar_arrive(2, 2 * SCfg::kThreads);  // staged
+      }
+    } else {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
       if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
         wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
-      if constexpr (kNorm) gn_begin(prev_tok0, prev_len, it);  // finished in ST(c)'s shadow
-      else store_o(prev_tok0, prev_len);
+      store_o(prev_tok0, prev_len);
     }
-    const int ep_tok0 = prev_tok0, ep_len = prev_len;
     prev_tok0 = tok0, prev_len = len;
     wg::fence();
 #pragma unroll
@@ -455,8 +483,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     }
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
-    if constexpr (kNorm) gn_finish(ep_tok0, ep_len, it);  // chunk c - 1's y (before the
-                                                              // barrier below: sO is reused)
     wg::wait<1>();  // OS(c) done (ST(c) may run)
     wg::keep(ot);
     {  // O^T columns (tokens) scaled by eq before the P fold adds in
@@ -464,7 +490,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       wg_scale_cols(ot, ot, sEq, tig);
     }
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
-    __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
+    wg_sync();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
     if (cg + NBUF < c_end && threadIdx.x == 0)
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice);
     wg::fence();
@@ -489,7 +515,15 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
   }
-  {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
+  if constexpr (kNorm) {  // the last chunk's o tile to the norm warpgroup
+    if (c_end > c_begin) {
+      if (c_end - c_begin >= 2) wg9_bar_sync(3, 2 * SCfg::kThreads);
+      std::uint32_t opk[C / 16][4];
+      wg9_pack_o<TOut>(ot, opk);
+      wg9_stage_o<TOut>(opk, s_stage);
+      wg9_bar_arrive(2, 2 * SCfg::kThreads);
+    }
+  } else {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
     if constexpr (kPack) {
       std::uint32_t opk[C / 16][4];
       wg9_pack_o<TOut>(ot, opk);
@@ -498,13 +532,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
       wg_stage_o<TOut, Sm>(ot, smem_wg);
     }
     __syncthreads();
-    if constexpr (kNorm) {
-      const int e = max(c_end - c_begin, 0);  // the epilogues' count continues
-      gn_begin(prev_tok0, prev_len, e);
-      gn_finish(prev_tok0, prev_len, e);
-    } else {
-      store_o(prev_tok0, prev_len);
-    }
+    store_o(prev_tok0, prev_len);
   }
   store_state<K, V>(st, p, nh, v0);
 #else
