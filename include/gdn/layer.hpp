@@ -108,9 +108,6 @@ namespace gdn::layer {
 // Device time per stage (CUDA events), accumulated over calls.
 struct StageTimes {
   double proj = 0, conv = 0, gates = 0, recur = 0, norm = 0, out = 0;  // ms
-  // The gated norm ran inside the recurrence (the wy-tc arm's fused epilogue; its time is in
-  // recur, norm ~0) in at least one of the timed calls.
-  bool norm_fused = false;
   double total() const { return proj + conv + gates + recur + norm + out; }
   double gemm() const { return proj + out; }
 };

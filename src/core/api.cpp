@@ -410,14 +410,6 @@ WideValuesScope::WideValuesScope(bool wide) : prev_(t_wide_values) {
   t_wide_values = prev_ || wide;
 }
 WideValuesScope::~WideValuesScope() { t_wide_values = prev_; }
-namespace {
-thread_local GatedNormEpilogue t_gated_norm{};
-}  // namespace
-const GatedNormEpilogue& gated_norm_epilogue() { return t_gated_norm; }
-GatedNormScope::GatedNormScope(const GatedNormEpilogue& e) : prev_(t_gated_norm) {
-  t_gated_norm = e;
-}
-GatedNormScope::~GatedNormScope() { t_gated_norm = prev_; }
 
 Status arm_workspace_bytes(const Problem& p, const PrefillArgs& a, Arm ran, std::uint64_t* bytes) {
   *bytes = 0;

@@ -64,33 +64,6 @@ class WideValuesScope {
   bool prev_;
 };
 
-// The layer's gated RMSNorm as an epilogue of the recurrence (src/cuda/layer/layer.cu), set per
-// host thread around the layer's prefill call: where the arm can, it writes o as
-// y[t, h, :] = rmsnorm(o[t, h, :]) * w * silu(z[t, h, :]) (eps as given) with the arithmetic of
-// the layer's gated_norm_kernel (bf16 o rounded first, the same sums in the same order), and sets
-// *applied; elsewhere it writes o and leaves *applied alone, and the layer runs its norm kernel.
-// Only the wy-tc arm's pipelined state pass applies it (sm_90a, bf16 o, V = 128). z bf16 at
-// z[t * z_st + h * z_sh + j]; w fp32 [V]. Not for general callers: nothing checks the pointers.
-struct GatedNormEpilogue {
-  const void* z = nullptr;  // null: no epilogue
-  std::int64_t z_st = 0, z_sh = 0;
-  const float* w = nullptr;
-  float eps = 0.f;
-  bool negctl = false;  // tests: each V slice normalises by its own half of the row (y must differ)
-  bool* applied = nullptr;
-};
-const GatedNormEpilogue& gated_norm_epilogue();
-class GatedNormScope {
- public:
-  explicit GatedNormScope(const GatedNormEpilogue& e);
-  ~GatedNormScope();
-  GatedNormScope(const GatedNormScope&) = delete;
-  GatedNormScope& operator=(const GatedNormScope&) = delete;
-
- private:
-  GatedNormEpilogue prev_;
-};
-
 #ifdef GDN_WITH_CUDA
 // Device-side value scan (NaN/Inf, g > 0, beta outside [0, 1]); synchronizes the stream. `wide`
 // (optional): set to whether any |q|, |k| > kWyTcHalfMaxQK or |v|, |h0| > kWyTcHalfMaxV (not an

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -169,8 +168,7 @@ int run_prefill(const PrefillOptions& opt) {
                                                  {"gates", tm.gates},      {"recurrence", tm.recur},
                                                  {"norm", tm.norm},        {"out-proj", tm.out}};
   for (auto& [n, v] : rows)
-    std::printf("%-12s %10.4f %7.1f%%%s\n", n, v / NL, total > 0 ? 100.0 * v / total : 0.0,
-                tm.norm_fused && std::strcmp(n, "norm") == 0 ? "   (fused into the recurrence)" : "");
+    std::printf("%-12s %10.4f %7.1f%%\n", n, v / NL, total > 0 ? 100.0 * v / total : 0.0);
   std::printf("%-12s %10.4f\n", "sum", total / NL);
   std::printf("\nlayer %.4f ms (median of %d stack passes / %d layers)  stack %.3f ms  %.0f tokens/s\n",
               layer_ms, opt.iters, NL, median(stack_ms), tok_s);
@@ -201,7 +199,6 @@ int run_prefill(const PrefillOptions& opt) {
     j["gemm_ms"] = gemm_only_ms;
     j["layer_over_gemm"] = ratio;
     j["nongemm_share"] = nongemm;
-    j["norm_fused"] = tm.norm_fused;
     j["stage_ms"] = {{"proj", tm.proj / NL}, {"conv", tm.conv / NL}, {"gates", tm.gates / NL},
                      {"recur", tm.recur / NL}, {"norm", tm.norm / NL}, {"out", tm.out / NL}};
     std::ofstream f(opt.json, std::ios::app);

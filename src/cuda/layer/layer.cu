@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "cuda/common/common.cuh"
-#include "cuda/common/silu.cuh"
 #include "gdn/decode.hpp"
 #include "gdn/layer.hpp"
 #include "layer/testing.hpp"
@@ -52,9 +51,7 @@ struct NormTile {
   static constexpr int kMaxV = 256;  // Config::validate caps the head dims
 };
 
-using cuda::silu;  // cuda/common/silu.cuh (shared with the wy-tc fused gated norm)
-using cuda::silu_fast;
-using cuda::silu_fast_in_range;
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 
 // VEC consecutive bf16 elements as one load/store: 16 B (VEC 8) when every row start and column
 // offset is a multiple of 8 elements, else 4 B (VEC 2: the conv widths are even,
@@ -263,7 +260,32 @@ struct ConvTile3 {
   static constexpr int min_blocks(int kw) { return kw <= 4 ? 4 : kw <= 6 ? 3 : 2; }
 };
 
-// silu_fast / silu_fast_in_range: cuda/common/silu.cuh (the branch-free SiLU fast path).
+__device__ __forceinline__ float ex2_ftz(float x) {  // MUFU.EX2; = ex2.approx.f32 for x >= -126
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {  // MUFU.RCP; = rcp.approx.f32 for normal x
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// silu(a) = a / (1 + __expf(-a)) without the divide's range check: __expf(-a) is
+// ex2.approx(-a * log2(e)) (libdevice __nv_fast_expf) whose non-ftz lowering only differs below
+// an argument of -126, and the divide is div.rn's fast path (rcp, one Newton step, quotient, one
+// correction). Both equal the reference sequence where `in_range` holds; the caller recomputes the
+// others with silu().
+__device__ __forceinline__ float silu_fast(float a) {
+  const float e = ex2_ftz(__fmul_rn(-a, 0x1.715476p+0f));
+  const float d = 1.f + e;
+  const float r = rcp_ftz(d);
+  const float r2 = __fmaf_rn(r, __fmaf_rn(-d, r, 1.f), r);
+  const float q = __fmaf_rn(a, r2, 0.f);
+  return __fmaf_rn(r2, __fmaf_rn(-d, q, a), q);
+}
+__device__ __forceinline__ bool silu_fast_in_range(float a) {
+  return (fabsf(a) >= 0x1p-40f) & (fabsf(a) <= 32.f);
+}
 
 // bf16 pairs to fp32 by shifts (exact, as __bfloat1622float2).
 template <int VEC> __device__ __forceinline__ void unpack_f32(const BfVec<VEC>& v, float (&x)[VEC]) {
@@ -899,23 +921,7 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   a.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {T, c.HV, c.V}, {CD, c.V, 1});
   a.g = TensorView::contiguous(ws.g, DType::f32, {T, c.HV});
   a.beta = TensorView::contiguous(ws.beta, DType::f32, {T, c.HV});
-  // The gated norm as the recurrence's epilogue where the arm can (detail::GatedNormEpilogue:
-  // the wy-tc arm's pipelined state pass writes y = rmsnorm(o) * norm_w * silu(z) directly, bit
-  // for bit what gated_norm_kernel makes of its o); the arm then writes into ws.normed, else it
-  // writes o there and the norm kernel below reads it. GDN_LAYER_FUSENORM=0: never fused (A/B);
-  // =negctl: fused with each V slice normalised by its own half-row sum (tests: y must differ).
-  bool fused = false;
-  detail::GatedNormEpilogue gne;
-  if (!cuda::env_is("GDN_LAYER_FUSENORM", "0")) {
-    gne.z = ws.proj + c.z_col();
-    gne.z_st = P, gne.z_sh = c.V;
-    gne.w = L.norm_w;
-    gne.eps = static_cast<float>(c.eps);
-    gne.negctl = cuda::env_is("GDN_LAYER_FUSENORM", "negctl");
-    gne.applied = &fused;
-  }
-  bf16* const rec_out = gne.z ? ws.normed : ws.o;
-  a.o = TensorView::contiguous(rec_out, DType::bf16, {T, c.HV, c.V});
+  a.o = TensorView::contiguous(ws.o, DType::bf16, {T, c.HV, c.V});
   a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
   a.hT = a.h0;
   a.cu_seqlens = cu_seqlens;
@@ -924,26 +930,19 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   a.on_device = true;
   a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
   a.stream = s;
-  {
-    const detail::GatedNormScope gn_scope(gne);
-    if (!(st = gdn::prefill(p, a, arm, info)).ok())
-      return Status(st.code(), "layer recurrence: " + st.message());
-  }
+  if (!(st = gdn::prefill(p, a, arm, info)).ok())
+    return Status(st.code(), "layer recurrence: " + st.message());
   if (!consecutive)
     for (int n = 0; n < N; ++n)
       GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
                                    cudaMemcpyDeviceToDevice, s));
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[4], s));
-  bf16* normed = rec_out;  // fused: y is there already
-  if (!fused) {
-    normed = rec_out == ws.o ? ws.normed : ws.o;
-    if (!(st = launch_gated_norm(rec_out, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
-                                 static_cast<float>(c.eps), T * c.HV, normed, s)).ok())
-      return st;
-  }
+  if (!(st = launch_gated_norm(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
+                               static_cast<float>(c.eps), T * c.HV, ws.normed, s)).ok())
+    return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[5], s));
   if (T > 0) {
-    if (!(st = L.gemm(ws.blas, normed, L.w_out, static_cast<bf16*>(y), T, c.hidden, VD)).ok())
+    if (!(st = L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, c.hidden, VD)).ok())
       return st;
   }
   if (times) {
@@ -953,7 +952,6 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
     for (int i = 0; i < 6; ++i) GDN_CUDA_TRY(cudaEventElapsedTime(&ms[i], ws.ev[i], ws.ev[i + 1]));
     times->proj += ms[0], times->conv += ms[1], times->gates += ms[2], times->recur += ms[3],
         times->norm += ms[4], times->out += ms[5];
-    times->norm_fused |= fused;
   }
   return from_cuda(cudaGetLastError(), "layer prefill");
 }

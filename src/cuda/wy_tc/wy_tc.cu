@@ -59,7 +59,6 @@
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/chunk_table.cuh"
 #include "cuda/common/common.cuh"
-#include "cuda/common/silu.cuh"
 
 namespace gdn::detail {
 namespace {
@@ -471,13 +470,6 @@ struct StateParams {
   int seq0;            // the sequence of blockIdx.x = 0 (a varlen group's first; else 0)
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
-  // Fused gated norm (v9 with kNorm only; detail::GatedNormEpilogue): o is written as
-  // rmsnorm(o) * gn_w * silu(z) per (token, value head) row, z[t * gn_z_st + h * gn_z_sh + j].
-  const __nv_bfloat16* gn_z;
-  std::int64_t gn_z_st, gn_z_sh;
-  const float* gn_w;  // [V]
-  float gn_eps;
-  bool gn_negctl;  // negative control: each V slice normalises by its own half of the row's sum
   Workspace ws;
 };
 
@@ -1573,21 +1565,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
-  // The layer's gated norm fused into v9's o epilogue (detail::GatedNormEpilogue; kNorm): the
-  // half scheme (the split scheme's pass has no registers left for it: 624 bytes of spills),
-  // bf16 o with 16-byte rows, V = two 64-value slices (one cluster of two blocks per value head),
-  // z and w 16-byte aligned.
-  const detail::GatedNormEpilogue& gne = detail::gated_norm_epilogue();
-  const auto al16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  const bool gn = v9 && half && gne.z && gne.w && gne.applied && a.o.dtype == DType::bf16 &&
-                  V == 2 * SCfg::kVSlice && al16(a.o.data) && a.o.stride[0] % 8 == 0 &&
-                  a.o.stride[1] % 8 == 0 && al16(gne.z) && gne.z_st % 8 == 0 &&
-                  gne.z_sh % 8 == 0 && al16(gne.w);
-  sp.gn_z = gn ? static_cast<const __nv_bfloat16*>(gne.z) : nullptr;
-  sp.gn_z_st = gne.z_st, sp.gn_z_sh = gne.z_sh;
-  sp.gn_w = gne.w;
-  sp.gn_eps = gne.eps;
-  sp.gn_negctl = gne.negctl;
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   // The state pass of `nseq` sequences from spp.seq0 on `stream`.
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
@@ -1603,35 +1580,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
-    // kNorm: clusters of the two V slices of a value head (blockIdx.x % 2 = slice = cluster rank),
-    // 256 threads (the chain's warpgroup and the norm warpgroup).
-    auto go_norm = [&](auto kern, std::size_t smem, const char* name) -> Status {
-      GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-      cfg.blockDim = dim3(2 * SCfg::kThreads);  // + the norm warpgroup (wg9_norm_warpgroup)
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      Status r = cuda::from_cuda(cudaLaunchKernelEx(&cfg, kern, spp), name);
-      if (r.ok()) *gne.applied = true;
-      return r;
-    };
-    if constexpr (std::is_same_v<TOut, __nv_bfloat16> && V == 2 * SCfg::kVSlice) {
-      if (gn && half && u16)
-        return go_norm(wy_tc_state_kernel_wg9<TOut, K, V, true, true, true>,
-                       StateSmemWg<K, V, true, true, true>::bytes,
-                       "wy_tc_state_kernel_wg9 (half, fp16 U, gated norm) launch");
-      if (gn && half)
-        return go_norm(wy_tc_state_kernel_wg9<TOut, K, V, true, false, true>,
-                       StateSmemWg<K, V, true, true>::bytes,
-                       "wy_tc_state_kernel_wg9 (half, gated norm) launch");
-    }
     if (v9 && half && u16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
                 StateSmemWg<K, V, true, true, true>::bytes,

@@ -65,40 +65,6 @@ __device__ __forceinline__ void wg9_stsm_x4_trans(unsigned saddr, std::uint32_t 
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
-
-// The fused gated norm's cluster primitives (kNorm: the two V slices of a value head are one
-// cluster of two blocks, rank = slice).
-__device__ __forceinline__ unsigned wg9_peer_addr(unsigned saddr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
-  return r;
-}
-// 16 bytes into the other block's shared memory, completing (complete_tx) on its mbarrier: no
-// fence, and the receiver waits on its own mbarrier (CTA scope).
-__device__ __forceinline__ void wg9_st_async4(unsigned raddr, const float (&v)[4], unsigned rbar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(raddr),
-      "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[1])), "r"(__float_as_uint(v[2])),
-      "r"(__float_as_uint(v[3])), "r"(rbar)
-      : "memory");
-}
-__device__ __forceinline__ float4 wg9_ld_shared4(unsigned addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ void wg9_bar_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void wg9_bar_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void wg9_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 #endif
 
 // wg_stage_o for 2-byte TOut, in two steps. O^T in the accumulator layout (element (nt, e) =
@@ -144,142 +110,6 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
   h[3] = pack_f16(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
 }
 
-#if GDN_WYTC_WG_DEVICE
-// The fused gated norm (kNorm): y = rmsnorm(o) * w * silu(z) over a value head's V = 128 values per
-// token, o the bf16 value the pass would store, with the layer's gated_norm_kernel arithmetic
-// (src/cuda/layer/layer.cu, 16 lanes per row of 8 values), so that y equals the unfused layer's
-// bit for bit: a thread's 8 values (row i0 + 16 j, piece c0 / 8 of its slice) are that kernel's
-// lane (slice * 8 + c0 / 8) and its sum of squares that lane's; that kernel's first butterfly
-// step (xor 8) adds the lanes of the two slices, here each block's partial plus the other
-// block's; then xor 4, 2, 1 in the warp.
-// Run by a second warpgroup of the block (threads 128 .. 255), off the state chain: r54 / r55
-// ran it in the chain's warpgroup (one warp per scheduler, so every instruction of it costs its
-// full latency) and the pass took 505-550 us against 234 at T = 8192. The chain's warpgroup
-// stages each chunk's o tile as before and signals named barrier 2; this warpgroup reads it,
-// then signals barrier 3 (the tile may be overwritten), so one staging buffer suffices.
-// Exchange between the slices: each thread sends its 4 partials (16 bytes) into the other
-// block's shared memory by st.async, completing on that block's mbarrier gn_bar[e & 1] (2 KiB
-// expected per chunk e, announced by the receiver's thread); the receiver waits on its own
-// mbarrier, no fences. A block sends into buffer b again (chunk e + 2) only after it has
-// received the other block's partials of chunk e + 1, which that block sends after reading its
-// buffer b for chunk e.
-template <typename Sm>
-__device__ __forceinline__ void wg9_norm_warpgroup(const StateParams& p, unsigned sb,
-                                                   const unsigned char* smem_wg,
-                                                   std::uint64_t* gn_bar, int slice, int h,
-                                                   int c_begin, int c_end) {
-  constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice, kLdO = VS + 8, kPieces = VS / 8;
-  constexpr int kRows = SCfg::kThreads / kPieces, kNR = C / kRows;
-  static_assert(kPieces == 8 && kNR == 4, "8 threads per 64-value row segment, 4 rows each");
-  constexpr unsigned kGnBuf = SCfg::kThreads * 16;  // bytes of partials per chunk
-  static_assert(C * kLdO * 2 + 2 * kGnBuf <= C * (VS * 4 + 16),
-                "the partials fit behind the bf16 staging in the O region");
-  constexpr int kStepS = kRows * kLdO * 2 / 16;  // uint4 per row step of the staged tile
-  const int t = threadIdx.x - SCfg::kThreads;
-  const int i0 = t / kPieces, c0 = (t % kPieces) * 8;
-  const uint4* const s_thr =
-      reinterpret_cast<const uint4*>(smem_wg + Sm::oO + (i0 * kLdO + c0) * 2);
-  const unsigned gn_local = sb + Sm::oO + C * kLdO * 2 + t * 16;  // this thread's partials
-  const unsigned gn_peer = wg9_peer_addr(gn_local, static_cast<unsigned>(slice ^ 1));
-  const unsigned gn_peer_bar = wg9_peer_addr(cuda::smem_u32(gn_bar), static_cast<unsigned>(slice ^ 1));
-  const __nv_bfloat16* const z_thr =
-      p.gn_z + static_cast<std::int64_t>(i0) * p.gn_z_st + h * p.gn_z_sh + slice * VS + c0;
-  __nv_bfloat16* const y_thr = static_cast<__nv_bfloat16*>(p.o) +
-                               static_cast<std::int64_t>(i0) * p.o_st + h * p.o_sh + slice * VS + c0;
-  float w[8];
-  {
-    const float4* wp = reinterpret_cast<const float4*>(p.gn_w + slice * VS + c0);
-    const float4 a = wp[0], b = wp[1];
-    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
-  }
-  // z of chunk cg arrives one chunk ahead and its SiLU is formed before the tile is waited for:
-  // what remains between "staged" and "free" is the row sums, the exchange and the products
-  // (r56: with the SiLU and the z loads in that window the pass took 362 against 252 us).
-  uint4 zv[kNR];
-  auto load_z = [&](int cg) {
-    const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-#pragma unroll
-    for (int j = 0; j < kNR; ++j)
-      zv[j] = i0 + j * kRows < len
-                  ? *reinterpret_cast<const uint4*>(
-                        z_thr + static_cast<std::int64_t>(tok0 + j * kRows) * p.gn_z_st)
-                  : make_uint4(0u, 0u, 0u, 0u);
-  };
-  if (c_begin < c_end) load_z(c_begin);
-  for (int cg = c_begin; cg < c_end; ++cg) {
-    const int e = cg - c_begin, b = e & 1;
-    const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-    float sz[kNR][8];  // silu(z) of this chunk
-    {
-      bool fast = true;
-#pragma unroll
-      for (int j = 0; j < kNR; ++j) {
-        const std::uint32_t zu[4] = {zv[j].x, zv[j].y, zv[j].z, zv[j].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float z0 = __uint_as_float(zu[i] << 16), z1 = __uint_as_float(zu[i] & 0xffff0000u);
-          sz[j][2 * i] = cuda::silu_fast(z0);
-          sz[j][2 * i + 1] = cuda::silu_fast(z1);
-          fast &= cuda::silu_fast_in_range(z0) & cuda::silu_fast_in_range(z1);
-        }
-      }
-      if (!fast) {  // rare: z outside the fast path's range (the layer kernel's fallback)
-#pragma unroll
-        for (int j = 0; j < kNR; ++j) {
-          const std::uint32_t zu[4] = {zv[j].x, zv[j].y, zv[j].z, zv[j].w};
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const float z = __uint_as_float(i & 1 ? zu[i / 2] & 0xffff0000u : zu[i / 2] << 16);
-            if (!cuda::silu_fast_in_range(z)) sz[j][i] = cuda::silu(z);
-          }
-        }
-      }
-    }
-    if (cg + 1 < c_end) load_z(cg + 1);
-    if (t == 0) cuda::mbar_arrive_tx(&gn_bar[b], kGnBuf);  // the other block's 2 KiB
-    wg9_bar_sync(2, 2 * SCfg::kThreads);                    // chunk cg's o tile staged
-    float ss[kNR];
-#pragma unroll
-    for (int j = 0; j < kNR; ++j) {
-      const uint4 pc = s_thr[j * kStepS];
-      const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
-      float a = 0.f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float lo = __uint_as_float(u[i] << 16), hi = __uint_as_float(u[i] & 0xffff0000u);
-        a += lo * lo;
-        a += hi * hi;
-      }
-      ss[j] = a;
-    }
-    wg9_st_async4(gn_peer + b * kGnBuf, ss, gn_peer_bar + b * 8);
-    cuda::mbar_wait(&gn_bar[b], static_cast<unsigned>(e >> 1) & 1u);  // the other slice's sums
-    const float4 o4 = wg9_ld_shared4(gn_local + b * kGnBuf);
-    const float other[4] = {o4.x, o4.y, o4.z, o4.w};
-#pragma unroll
-    for (int j = 0; j < kNR; ++j) {
-      float tt = ss[j];
-      if (!p.gn_negctl) tt += other[j];
-#pragma unroll
-      for (int s = kPieces / 2; s > 0; s >>= 1) tt += __shfl_xor_sync(0xffffffffu, tt, s);
-      const float inv = rsqrtf(tt / static_cast<float>(2 * VS) + p.gn_eps);
-      const uint4 pc = s_thr[j * kStepS];
-      const std::uint32_t u[4] = {pc.x, pc.y, pc.z, pc.w};
-      std::uint32_t y[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float x0 = __uint_as_float(u[i] << 16), x1 = __uint_as_float(u[i] & 0xffff0000u);
-        y[i] = pack_bf16(x0 * inv * w[2 * i] * sz[j][2 * i], x1 * inv * w[2 * i + 1] * sz[j][2 * i + 1]);
-      }
-      if (i0 + j * kRows < len)
-        *reinterpret_cast<uint4*>(y_thr + static_cast<std::int64_t>(tok0 + j * kRows) * p.o_st) =
-            make_uint4(y[0], y[1], y[2], y[3]);
-    }
-    if (cg + 1 < c_end) wg9_bar_arrive(3, 2 * SCfg::kThreads);  // the staging buffer is free
-  }
-}
-#endif
-
 // v9: see the top of this file. kHalf (v10, the half operand scheme, docs/bounds.md; the half
 // workspace format): X = S^T W^T and OS = S^T Q^T as ONE fp16 product each (S^T rounded once to
 // fp16; W, Q fp16 tiles), OP = Vn^T P^T one fp16 product (Vn^T rounded once); ST unchanged (Vn^T
@@ -287,11 +117,8 @@ __device__ __forceinline__ void wg9_norm_warpgroup(const StateParams& p, unsigne
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
-// kNorm (the layer's gated RMSNorm fused into the o epilogue; bf16 out, V = 2 slices, launched as
-// clusters of 2 blocks of 256 threads): threads 128 .. 255 run wg9_norm_warpgroup (above).
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, bool kNorm = false>
-__global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1)
-    wy_tc_state_kernel_wg9(StateParams p) {
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
+__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
@@ -304,7 +131,7 @@ __global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = cuda::smem_u32(smem_wg);
   float st[K / 8][4];
-  const WgBlock wb = wg_begin<K, V, 2 * NBUF, kNorm>(p, bar, st);
+  const WgBlock wb = wg_begin<K, V>(p, bar, st);
   const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
   const int v0 = wb.v0;
   const std::int64_t nh = wb.nh;
@@ -313,25 +140,6 @@ __global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
-  if constexpr (kNorm) {  // threads 128 .. 255: the fused gated norm (wg9_norm_warpgroup)
-    static_assert(std::is_same_v<TOut, __nv_bfloat16> && V == 2 * VS, "bf16 out, two V slices");
-    __shared__ __align__(8) std::uint64_t gn_bar[2];
-    if (threadIdx.x == 0) {
-      cuda::mbar_init(&gn_bar[0], 1);
-      cuda::mbar_init(&gn_bar[1], 1);
-      cuda::mbar_init_fence();
-    }
-    wg9_cluster_sync();  // both blocks' mbarriers initialised before any st.async reaches them
-    if (threadIdx.x >= SCfg::kThreads) {
-      wg9_norm_warpgroup<Sm>(p, sb, smem_wg, gn_bar, slice, h, c_begin, c_end);
-      return;
-    }
-  }
-  // This warpgroup alone (kNorm: named barrier 1; otherwise the block is this warpgroup).
-  auto wg_sync = [] {
-    if constexpr (kNorm) wg9_bar_sync(1, SCfg::kThreads);
-    else __syncthreads();
-  };
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
@@ -435,16 +243,7 @@ __global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1
       }
     }
     wg::commit();
-    if constexpr (kNorm) {  // chunk cg - 1's o tile to the norm warpgroup (none in the first)
-      if (cg > c_begin) {
-        if (cg - c_begin >= 2) wg9_bar_sync(3, 2 * SCfg::kThreads);  // it is done with cg - 2's
-        wg9_stage_o<TOut>(opk, s_stage);
-        wg_sync();  // every warp's OP(c - 1) done: tiles B of c - 1 free
-        if (cg - 1 + NBUF < c_end && threadIdx.x == 0)
-          wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
-        wg9_bar_arrive(2, 2 * SCfg::kThreads);  // staged
-      }
-    } else {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
+    {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
       if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
@@ -507,7 +306,7 @@ __global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1
       wg_scale_cols(ot, ot, sEq, tig);
     }
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
-    wg_sync();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
+    __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
     if (cg + NBUF < c_end && threadIdx.x == 0)
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice);
     wg::fence();
@@ -532,15 +331,7 @@ __global__ void __launch_bounds__(kNorm ? 2 * SCfg::kThreads : SCfg::kThreads, 1
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
   }
-  if constexpr (kNorm) {  // the last chunk's o tile to the norm warpgroup
-    if (c_end > c_begin) {
-      if (c_end - c_begin >= 2) wg9_bar_sync(3, 2 * SCfg::kThreads);
-      std::uint32_t opk[C / 16][4];
-      wg9_pack_o<TOut>(ot, opk);
-      wg9_stage_o<TOut>(opk, s_stage);
-      wg9_bar_arrive(2, 2 * SCfg::kThreads);
-    }
-  } else {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
+  {  // epilogue of the last chunk (stores nothing for an empty sequence: prev_len 0)
     if constexpr (kPack) {
       std::uint32_t opk[C / 16][4];
       wg9_pack_o<TOut>(ot, opk);

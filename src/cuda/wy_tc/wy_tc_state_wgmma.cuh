@@ -308,9 +308,7 @@ struct WgBlock {
   int slice, h, n, lane, tig, warp, v0;
   std::int64_t nh;  // (sequence, value head) of h0 / hT
 };
-// kTwoWg (wg9's kNorm): the block has a second warpgroup (threads 128 .. 255), which holds no
-// state rows.
-template <int K, int V, int NB, bool kTwoWg = false>
+template <int K, int V, int NB>
 __device__ __forceinline__ WgBlock wg_begin(const StateParams& p, std::uint64_t (&bar)[NB],
                                             float (&st)[K / 8][4]) {
   constexpr int VS = SCfg::kVSlice, NS = V / VS;
@@ -325,7 +323,7 @@ __device__ __forceinline__ WgBlock wg_begin(const StateParams& p, std::uint64_t 
   b.lane = threadIdx.x & 31, b.tig = b.lane & 3, b.warp = threadIdx.x >> 5;
   b.v0 = b.slice * VS + b.warp * 16;
   b.nh = static_cast<std::int64_t>(b.n) * p.HV + b.h;
-  if (!kTwoWg || threadIdx.x < SCfg::kThreads) load_state<K, V>(st, p, b.nh, b.v0);
+  load_state<K, V>(st, p, b.nh, b.v0);
   return b;
 }
 
