@@ -283,9 +283,6 @@ struct ChunkParams {
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
-  // v7 only (an experiment, GDN_WYTC_PREFETCH=m): each block prefetches into the L2 the q, k, v
-  // rows and g, beta of the block pf_dist = m x (resident blocks) later in launch order; 0 = off.
-  int pf_dist;
 };
 
 template <int K, int V> struct ChunkSmem {
@@ -933,32 +930,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     }
     cp_async_commit();
   }
-  if (p.pf_dist > 0) {  // L2 prefetch for the block pf_dist later (see ChunkParams::pf_dist)
-    const std::int64_t L = static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x + p.pf_dist;
-    if (L < static_cast<std::int64_t>(gridDim.x) * gridDim.y) {
-      const int cg2 = p.chunk0 + static_cast<int>(L % gridDim.x), h2 = static_cast<int>(L / gridDim.x);
-      const int r = tid % C, n2 = p.chunk_len[cg2];
-      if (r < n2) {
-        const std::int64_t t = p.chunk_tok0[cg2] + r;
-        const int kh2 = p.tiled ? h2 % p.HK : h2 / (p.HV / p.HK);
-        if (tid < C) {  // the q and k rows (128-byte lines)
-          const __nv_bfloat16* qr = q + t * p.q_st + kh2 * p.q_sh;
-          const __nv_bfloat16* kr = k + t * p.k_st + kh2 * p.k_sh;
-#pragma unroll
-          for (int c = 0; c < K; c += 64) {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(qr + c));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + c));
-          }
-        } else {  // the v row, g and beta
-          const __nv_bfloat16* vr = v + t * p.v_st + h2 * p.v_sh;
-#pragma unroll
-          for (int c = 0; c < V; c += 64) asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + c));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + t * p.g_st + h2));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(beta + t * p.b_st + h2));
-        }
-      }
-    }
-  }
   if (tid < C) {
     const std::int64_t t = tok0 + tid;
     sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
@@ -1526,11 +1497,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.u16 = u16;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
-    cp.pf_dist = 0;
-    if (const char* pf = std::getenv("GDN_WYTC_PREFETCH"); pf && v7_chunk) {
-      const int m = std::atoi(pf);  // 4 blocks per SM (__launch_bounds__(128, 4))
-      if (m > 0) cp.pf_dist = m * 4 * std::max(sm_count(), 1);
-    }
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     const dim3 grid(static_cast<unsigned>(c1 - c0), static_cast<unsigned>(pr.HV));
     if (v7_chunk) {
