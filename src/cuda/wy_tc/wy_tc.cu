@@ -1577,15 +1577,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     auto go = [&](auto kern, std::size_t smem, const char* name) -> Status {
       GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-      // The whole shared memory as carveout on the SMs of state blocks, so that a chunk block
-      // (v7: 53 KiB) fits beside a state block (27b: 146 KiB) while the passes overlap. r59 (ncu,
-      // H100): without it the state kernel ran with a 168 KiB carveout, leaving no room for a
-      // chunk block on the 96 state SMs; only the other 36 SMs took chunk blocks (overlapped
-      // 27b T = 32768: 1.593 ms against 1.01 + 0.737 for the passes alone). GDN_WYTC_CARVEOUT=0:
-      // the driver's choice (A/B).
-      if (!env_is("GDN_WYTC_CARVEOUT", "0"))
-        GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          cudaSharedmemCarveoutMaxShared));
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
