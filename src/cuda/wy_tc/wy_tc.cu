@@ -48,7 +48,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -66,16 +65,6 @@ namespace {
 
 using cuda::from_f32;
 using cuda::to_f32;
-__device__ __forceinline__ unsigned long long trace_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned trace_smid() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
-  return r;
-}
 
 struct WyTcConfig {
   static constexpr int kChunk = 64;    // C: fla convention; 4 warps x one m16 row tile each
@@ -294,7 +283,6 @@ struct ChunkParams {
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
-  unsigned long long* trace;  // diagnostics (GDN_WYTC_TRACE): [cg * HV + h][start, end, smid]
 };
 
 template <int K, int V> struct ChunkSmem {
@@ -483,11 +471,6 @@ struct StateParams {
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   Workspace ws;
-  // Diagnostics (GDN_WYTC_TRACE, v9 only): [trace_seg_index * gridDim.x + block][start, end,
-  // smid] and, for block 0 of each launch, chain[cg] = the time its iteration cg began.
-  unsigned long long* trace;
-  unsigned long long* trace_chain;
-  int trace_seg;  // chunks per segment (seg_c0 / trace_seg = the segment index)
 };
 
 // The state rows a warp of a state pass holds: S^T rows v0 + gid (+ 8) as mma accumulators,
@@ -919,7 +902,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
-  const unsigned long long trace_t0 = p.trace && tid == 0 ? trace_now() : 0ull;
   const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
@@ -1292,10 +1274,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       }
     }
   }
-  if (p.trace && tid == 0) {
-    unsigned long long* tr = p.trace + 3 * (static_cast<std::int64_t>(cg) * p.HV + h);
-    tr[0] = trace_t0, tr[1] = trace_now(), tr[2] = trace_smid();
-  }
 }
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -1320,25 +1298,6 @@ bool use_wg_state() {
 #else
   return false;
 #endif
-}
-
-// Diagnostics (GDN_WYTC_TRACE=file): per-block start / end times (%globaltimer) and SM of the v7
-// chunk blocks and the v9 state blocks, and the start of every chain iteration of state block 0
-// of each launch, written as CSV after the GDN_WYTC_TRACE_CALL-th call (default 3) of this arm in
-// the process. One buffer per process (not thread-safe; an experiment's tool, off by default).
-struct Trace {
-  static constexpr std::size_t kChunkWords = std::size_t{3} << 20;  // 1 M chunk blocks
-  static constexpr std::size_t kStateWords = std::size_t{3} * 16 * 4096;
-  static constexpr std::size_t kChainWords = std::size_t{1} << 16;
-  static constexpr std::size_t kWords = kChunkWords + kStateWords + kChainWords;
-  unsigned long long* dev = nullptr;
-  int calls = 0;
-  std::int64_t nc = 0;
-  int hv = 0, state_blocks = 0, nseg = 1;
-};
-Trace& trace() {
-  static Trace t;
-  return t;
 }
 
 int sm_count() {
@@ -1521,7 +1480,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream) -> Status {
     if (c1 <= c0) return Status::Ok();
     ChunkParams cp{};
-    cp.trace = trace().dev && !size_only ? trace().dev : nullptr;
     cp.q = a.q.data, cp.k = a.k.data, cp.v = a.v.data;
     cp.g = static_cast<const float*>(a.g.data);
     cp.beta = a.beta.data;
@@ -1591,14 +1549,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   };
 
   StateParams sp{};
-  if (trace().dev && !size_only) {
-    Trace& tr = trace();
-    sp.trace = tr.dev + Trace::kChunkWords;
-    sp.trace_chain = tr.dev + Trace::kChunkWords + Trace::kStateWords;
-    sp.trace_seg = overlap ? static_cast<int>(seg) : 1;
-    tr.nc = NC, tr.hv = pr.HV, tr.nseg = overlap ? nseg : 1;
-    tr.state_blocks = static_cast<int>(static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice));
-  }
   sp.o = a.o.data, sp.o_st = a.o.stride[0], sp.o_sh = a.o.stride[1];
   sp.h0 = static_cast<const float*>(a.h0.data);
   sp.hT = static_cast<float*>(a.hT.data);
@@ -1772,44 +1722,10 @@ Status cuda_wy_tc_prefill(const Problem& p, const PrefillArgs& a, const Seqs& s,
                           std::uint64_t* size_only) {
   std::string why;
   if (!cuda_wy_tc_supports(p, &why)) return Status::Unsupported(why);
-  const char* trace_path = size_only ? nullptr : std::getenv("GDN_WYTC_TRACE");
-  Trace& tr = trace();
-  if (trace_path && !tr.dev) {
-    GDN_CUDA_TRY(cudaMalloc(&tr.dev, Trace::kWords * sizeof(unsigned long long)));
-    GDN_CUDA_TRY(cudaMemset(tr.dev, 0, Trace::kWords * sizeof(unsigned long long)));
-  }
-  Status r;
-  if (p.K == 64 && p.V == 64) r = launch<64, 64>(p, a, s, size_only);
-  else if (p.K == 64 && p.V == 128) r = launch<64, 128>(p, a, s, size_only);
-  else if (p.K == 128 && p.V == 64) r = launch<128, 64>(p, a, s, size_only);
-  else r = launch<128, 128>(p, a, s, size_only);
-  const char* want = std::getenv("GDN_WYTC_TRACE_CALL");
-  if (r.ok() && trace_path && tr.dev && ++tr.calls == (want ? std::atoi(want) : 3)) {
-    GDN_CUDA_TRY(cudaDeviceSynchronize());
-    std::vector<unsigned long long> h(Trace::kWords);
-    GDN_CUDA_TRY(cudaMemcpy(h.data(), tr.dev, h.size() * sizeof(unsigned long long),
-                            cudaMemcpyDeviceToHost));
-    unsigned long long t0 = ~0ull;
-    for (std::size_t i = 0; i < Trace::kWords; i += 3)
-      if (i + 2 < Trace::kChunkWords + Trace::kStateWords && h[i] != 0) t0 = std::min(t0, h[i]);
-    if (FILE* f = std::fopen(trace_path, "w")) {
-      std::fprintf(f, "kind,a,b,sm,start_ns,end_ns\n");
-      for (std::int64_t i = 0; i < tr.nc * tr.hv && 3 * i + 2 < static_cast<std::int64_t>(Trace::kChunkWords); ++i)
-        if (h[3 * i] != 0)
-          std::fprintf(f, "chunk,%lld,%lld,%llu,%llu,%llu\n", static_cast<long long>(i / tr.hv),
-                       static_cast<long long>(i % tr.hv), h[3 * i + 2], h[3 * i] - t0, h[3 * i + 1] - t0);
-      const unsigned long long* hs = h.data() + Trace::kChunkWords;
-      for (int i = 0; i < tr.nseg * tr.state_blocks && 3 * i + 2 < static_cast<int>(Trace::kStateWords); ++i)
-        if (hs[3 * i] != 0)
-          std::fprintf(f, "state,%d,%d,%llu,%llu,%llu\n", i / tr.state_blocks, i % tr.state_blocks,
-                       hs[3 * i + 2], hs[3 * i] - t0, hs[3 * i + 1] - t0);
-      const unsigned long long* hc = hs + Trace::kStateWords;
-      for (std::int64_t i = 0; i < tr.nc && i < static_cast<std::int64_t>(Trace::kChainWords); ++i)
-        if (hc[i] != 0) std::fprintf(f, "chain,%lld,0,0,%llu,0\n", static_cast<long long>(i), hc[i] - t0);
-      std::fclose(f);
-    }
-  }
-  return r;
+  if (p.K == 64 && p.V == 64) return launch<64, 64>(p, a, s, size_only);
+  if (p.K == 64 && p.V == 128) return launch<64, 128>(p, a, s, size_only);
+  if (p.K == 128 && p.V == 64) return launch<128, 64>(p, a, s, size_only);
+  return launch<128, 128>(p, a, s, size_only);
 }
 
 }  // namespace gdn::detail

@@ -140,7 +140,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
-  const unsigned long long trace_t0 = p.trace && threadIdx.x == 0 ? trace_now() : 0ull;
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
@@ -205,7 +204,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
   int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
   for (int cg = c_begin; cg < c_end; ++cg) {
-    if (p.trace && blockIdx.x == 0 && threadIdx.x == 0) p.trace_chain[cg] = trace_now();
     const float gc_next = gc_of(cg + 1);
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
     const int it = cg - c_begin, b = it & 1;
@@ -345,11 +343,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     store_o(prev_tok0, prev_len);
   }
   store_state<K, V>(st, p, nh, v0);
-  if (p.trace && threadIdx.x == 0) {
-    unsigned long long* tr =
-        p.trace + 3 * (static_cast<std::int64_t>(p.seg_c0 / p.trace_seg) * gridDim.x + blockIdx.x);
-    tr[0] = trace_t0, tr[1] = trace_now(), tr[2] = trace_smid();
-  }
 #else
   (void)p;
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
