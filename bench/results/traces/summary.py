@@ -1,4 +1,4 @@
-# Summary of a GDN_WYTC_TRACE csv (the diagnostics of commit 8fbef3a, since removed; cherry-pick it to record new traces): state segments, chunk segments (128 chunks each when overlapped), the state chain step of state block 0.
+# Summary of a GDN_WYTC_TRACE csv (the diagnostics of commit 8fbef3a, since removed; cherry-pick it to record new traces): state segments, chunk segments, the state chain step of state block 0. Assumes segments of 128 chunks when the passes overlapped (the default segmentation up to 2048 chunks).
 # usage: python3 bench/results/traces/summary.py trace.csv [...]   (gunzip the .csv.gz first)
 import csv, sys, collections
 def load(p):
