@@ -275,6 +275,65 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
+// One B buffer in the v9 state pass (GDN_WYTC_ONEB=1 forces it wherever the half format with
+// fp16 U and a 2-byte o runs; by default only in the overlapped passes of state blocks that take
+// more than half of the SMs, e.g. qwen3.5-27b from T = 16384). Same products in the same order:
+// o and the final state equal the two-buffer pass (GDN_WYTC_ONEB=0) bit for bit, on one pass and
+// on overlapped segments, with empty and short sequences; the sets pass the oracle. Negative
+// control (GDN_WYTC_ONEB=negctl: the tiles B of the next chunk) must differ, which also shows
+// that the one-buffer kernel is the one that ran.
+TEST(WyTcState, OneBBufferEqualsTwo) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  struct OneBCase {
+    StateCase sc;
+    const char* overlap;
+  };
+  std::vector<OneBCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+    s.h0 = true;
+    s.decay = check::Decay::slow;
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1"});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
+    s.out_dtype = gdn::DType::f16;
+    s.state_layout = gdn::StateLayout::vk;
+    s.h0 = true;
+    cs.push_back({{"L300x0x1029x17x64_HK1_HV3_K64_V128_f16out_vk_h0", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 64);  // 33 chunks: 3 segments
+    s.head_map = gdn::HeadMap::tiled;
+    s.l2norm_in_kernel = true;
+    cs.push_back({{"L2100_HK2_HV2_K128_V64_tiled_l2norm_overlapped", s}, "1"});
+  }
+  int seed = 500;
+  for (const OneBCase& oc : cs) {
+    const StateCase& sc = oc.sc;
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", oc.overlap);
+    check::ArmOutput x;
+    {
+      testutil::ScopedEnv force("GDN_WYTC_ONEB", "1");
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc one B buffer %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
+                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+      x = check::run_arm(Arm::wy_tc, c, true);
+    }
+    const check::ArmOutput two = run_with("GDN_WYTC_ONEB", "0", c);
+    const check::ArmOutput bad = run_with("GDN_WYTC_ONEB", "negctl", c);
+    expect_same_bits("one B buffer", sc.name, x, two, bad,
+                     "the next chunk's tiles B changed nothing: the one-buffer kernel did not run");
+  }
+}
+
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
 // the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; off by default since r48).
 // The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the oracle;

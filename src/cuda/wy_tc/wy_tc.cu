@@ -470,6 +470,8 @@ struct StateParams {
   int seq0;            // the sequence of blockIdx.x = 0 (a varlen group's first; else 0)
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
+  bool oneb_negctl;  // v9 with one B buffer only, negative control (GDN_WYTC_ONEB=negctl): tiles
+                     // B of the next chunk
   Workspace ws;
 };
 
@@ -1562,6 +1564,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   if (static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice) > 0x7fffffff)
     return Status::Unsupported("wy-tc: too many state blocks");
   sp.wg_negctl = wg && env_is("GDN_WYTC_WG_NEGCTL", "1");
+  // One B buffer in the v9 state pass (wy_tc_state_wg9.cuh, kOneB; half format, fp16 U, 2-byte
+  // o): a smaller state block, so that two chunk blocks fit beside it on an SM during the
+  // overlapped passes (r61: at 27b T = 32768 the chunk pass bounds the overlap and runs at 62% of
+  // its solo speed with one chunk block per state SM). GDN_WYTC_ONEB=1 forces it wherever it can
+  // run (tests), =0 disables it, =negctl forces it with the negative control (tiles B of the
+  // next chunk).
+  sp.oneb_negctl = env_is("GDN_WYTC_ONEB", "negctl");
+  const bool oneb = half && u16 && a.o.dtype != DType::f32 &&
+                    (sp.oneb_negctl || env_is("GDN_WYTC_ONEB", "1") ||
+                     (overlap && 2 * state_blocks > sms && !env_is("GDN_WYTC_ONEB", "0")));
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
@@ -1580,15 +1592,23 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
+    constexpr int kOB = static_cast<int>(kEs);  // o staging sized for the o dtype
+    if constexpr (kEs == 2) {
+      if (v9 && half && u16 && oneb)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, true>,
+                  StateSmemWg<K, V, true, true, true, kOB, true>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, one B buffer) launch");
+    }
     if (v9 && half && u16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
-                StateSmemWg<K, V, true, true, true>::bytes,
+                StateSmemWg<K, V, true, true, true, kOB>::bytes,
                 "wy_tc_state_kernel_wg9 (half, fp16 U) launch");
     if (v9 && half)
-      return go(wy_tc_state_kernel_wg9<TOut, K, V, true>, StateSmemWg<K, V, true, true>::bytes,
+      return go(wy_tc_state_kernel_wg9<TOut, K, V, true>,
+                StateSmemWg<K, V, true, true, false, kOB>::bytes,
                 "wy_tc_state_kernel_wg9 (half) launch");
     if (v9)
-      return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true>::bytes,
+      return go(wy_tc_state_kernel_wg9<TOut, K, V>, StateSmemWg<K, V, true, false, false, kOB>::bytes,
                 "wy_tc_state_kernel_wg9 launch");
     if (wg && exact_ws)
       return go(wy_tc_state_kernel_wg<TOut, K, V, true>, StateSmemWg<K, V, true>::bytes,
