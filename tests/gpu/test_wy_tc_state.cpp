@@ -237,15 +237,21 @@ TEST(WyTcState, V9EqualsV6BitForBit) {
 // which continues from segment i - 1's state through an fp32 carry buffer. The results equal the
 // single pass (GDN_WYTC_OVERLAP=0) bit for bit and pass the oracle; the negative control
 // (GDN_WYTC_OVERLAP=negctl drops the carry) must differ, which also shows that the segmented
-// path is the one that ran.
+// path is the one that ran. Segment sizes (GDN_WYTC_SEGRATIO, overlap_segments.hpp): equal, and
+// geometric with ratio 0.75 (decreasing: 47, 36, 26, 20 chunks) and 1.4 (increasing: 27, 38).
 TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
-  std::vector<StateCase> cs;
+  struct SegCase {
+    StateCase sc;
+    const char* ratio;
+  };
+  std::vector<SegCase> cs;
   {
-    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks: 5 segments
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks: 4 equal segments
     s.h0 = true;
     s.decay = check::Decay::slow;
-    cs.push_back({"L4099_HK2_HV6_K128_V128_bf16_h0", s});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0", s}, "1"});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_ratio1.4", s}, "1.4"});
   }
   {
     check::CaseSpec s = testutil::spec_of({2100}, 1, 2, 64, 64);  // 33 chunks: 3 segments
@@ -253,14 +259,21 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
     s.state_layout = gdn::StateLayout::vk;
     s.l2norm_in_kernel = true;
     s.h0 = false;
-    cs.push_back({"L2100_HK1_HV2_K64_V64_f32out_vk_l2norm", s});
+    cs.push_back({{"L2100_HK1_HV2_K64_V64_f32out_vk_l2norm", s}, "1"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({8200}, 1, 2, 128, 128);  // 129 chunks
+    s.h0 = true;
+    cs.push_back({{"L8200_HK1_HV2_K128_V128_bf16_h0_ratio0.75", s}, "0.75"});
   }
   int seed = 300;
-  for (const StateCase& sc : cs) {
+  for (const SegCase& gc : cs) {
+    const StateCase& sc = gc.sc;
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
     const check::Oracle ref = check::ref_serial(c);
     testutil::ScopedEnv force("GDN_WYTC_OVERLAP", "1");  // the default starts at 256 chunks
+    testutil::ScopedEnv ratio("GDN_WYTC_SEGRATIO", gc.ratio);
     const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
     std::printf("wy-tc overlapped %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
                 r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
@@ -272,65 +285,6 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
     const check::ArmOutput bad = run_with("GDN_WYTC_OVERLAP", "negctl", c);
     expect_same_bits("overlapped", sc.name, seg, one, bad,
                      "dropping the carry changed nothing: the segmented path did not run");
-  }
-}
-
-// One B buffer in the v9 state pass (GDN_WYTC_ONEB=1 forces it wherever the half format with
-// fp16 U and a 2-byte o runs; by default only in the overlapped passes of state blocks that take
-// more than half of the SMs, e.g. qwen3.5-27b from T = 16384). Same products in the same order:
-// o and the final state equal the two-buffer pass (GDN_WYTC_ONEB=0) bit for bit, on one pass and
-// on overlapped segments, with empty and short sequences; the sets pass the oracle. Negative
-// control (GDN_WYTC_ONEB=negctl: the tiles B of the next chunk) must differ, which also shows
-// that the one-buffer kernel is the one that ran.
-TEST(WyTcState, OneBBufferEqualsTwo) {
-  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
-  struct OneBCase {
-    StateCase sc;
-    const char* overlap;
-  };
-  std::vector<OneBCase> cs;
-  {
-    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
-    s.h0 = true;
-    s.decay = check::Decay::slow;
-    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1"});
-    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single", s}, "0"});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
-    s.out_dtype = gdn::DType::f16;
-    s.state_layout = gdn::StateLayout::vk;
-    s.h0 = true;
-    cs.push_back({{"L300x0x1029x17x64_HK1_HV3_K64_V128_f16out_vk_h0", s}, "0"});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 64);  // 33 chunks: 3 segments
-    s.head_map = gdn::HeadMap::tiled;
-    s.l2norm_in_kernel = true;
-    cs.push_back({{"L2100_HK2_HV2_K128_V64_tiled_l2norm_overlapped", s}, "1"});
-  }
-  int seed = 500;
-  for (const OneBCase& oc : cs) {
-    const StateCase& sc = oc.sc;
-    SCOPED_TRACE(sc.name);
-    const check::Case c = check::make_case(sc.spec, ++seed);
-    const check::Oracle ref = check::ref_serial(c);
-    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", oc.overlap);
-    check::ArmOutput x;
-    {
-      testutil::ScopedEnv force("GDN_WYTC_ONEB", "1");
-      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-      std::printf("wy-tc one B buffer %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
-                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
-      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-      EXPECT_TRUE(r.pass) << testutil::describe(r);
-      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-      x = check::run_arm(Arm::wy_tc, c, true);
-    }
-    const check::ArmOutput two = run_with("GDN_WYTC_ONEB", "0", c);
-    const check::ArmOutput bad = run_with("GDN_WYTC_ONEB", "negctl", c);
-    expect_same_bits("one B buffer", sc.name, x, two, bad,
-                     "the next chunk's tiles B changed nothing: the one-buffer kernel did not run");
   }
 }
 

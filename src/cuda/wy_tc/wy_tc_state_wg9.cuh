@@ -117,22 +117,13 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
-// kOneB (half format only; StateSmemWg): one buffer for the tiles B (K^T, P) instead of two,
-// ed with the tiles A, so the block takes 24 KiB less shared memory (114 KiB at K = V = 128 with
-// 2-byte o, against 138) and two v7 chunk blocks fit beside it on an SM during the overlapped
-// passes. Chunk c's K^T and P are issued at the barrier of chunk c - 1's epilogue (every warp's
-// OP(c - 1) done), where the two-buffer pass issues chunk c + 1's, and ST(c) / OP(c) wait for
-// them on their own barriers: the copy's latency is hidden only by the work between that barrier
-// and ST(c). Same products in the same order: o and hT equal the two-buffer pass bit for bit.
-// p.oneb_negctl (negative control, GDN_WYTC_ONEB=negctl): the tiles B of chunk c + 1 instead
-// of c (the last chunk's own), so the results change if and only if this kernel ran.
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, bool kOneB = false>
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
 __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
-  using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut)), kOneB>;
-  constexpr int NBUF = Sm::NBUF, NBUFB = Sm::NBUFB;
+  using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut))>;
+  constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
   static_assert(Sm::bytes + 1024 <= (1u << 18), "descriptor start fields add without carry");
@@ -149,12 +140,10 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
-  // Chunk whose tiles B go into the buffer of chunk cg (kOneB's negative control: the next).
-  auto b_src = [&](int cg) { return kOneB && p.oneb_negctl ? min(cg + 1, c_end - 1) : cg; };
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
-      if (cg < c_begin + NBUFB) wg_issue_b<Sm, K, true>(p, smem_wg, bar, b_src(cg), c_begin, h);
+      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
     }
   // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
   // d0 + off / 16 + (lbo / 16 << 16), d0 = the start-address field of smem_wg (no field
@@ -221,7 +210,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     const unsigned parity = (it >> 1) & 1;
     // This chunk's buffer: descriptor low words of its tile bases.
     const unsigned dA = d0 + b * (Sm::kStrideA >> 4);
-    const unsigned dB = d0 + (Sm::oB >> 4) + (kOneB ? 0 : b) * (Sm::kStrideB >> 4);
+    const unsigned dB = d0 + (Sm::oB >> 4) + b * (Sm::kStrideB >> 4);
     const unsigned dWh = dA + kLC + (oWh >> 4), dWl = dA + kLC + (oWl >> 4);
     // O^T of chunk cg - 1 (the epilogue below). 2-byte out: rounded and packed here, before X(c)
     // is issued, and stored (stmatrix) in X(c)'s shadow below; packing it there, with X(c) in
@@ -257,8 +246,8 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
-      if (cg > c_begin && cg - 1 + NBUFB < c_end && threadIdx.x == 0)
-        wg_issue_b<Sm, K, true>(p, smem_wg, bar, b_src(cg - 1 + NBUFB), c_begin, h);
+      if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
+        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
       store_o(prev_tok0, prev_len);
     }
     prev_tok0 = tok0, prev_len = len;
@@ -282,11 +271,11 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + Sm::oU);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
     wg_vn(vn, xw, sU, warp, lane);
-    if constexpr (!kOneB) cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
     std::uint32_t dh[C / 16][4], dl[C / 16][4];
     {
-      const float* sEd = reinterpret_cast<const float*>(
-          smem_wg + (kOneB ? b * Sm::kStrideA : Sm::oB + b * Sm::kStrideB) + Sm::oEd);
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
       float dn[C / 8][4];
       wg_scale_cols(dn, vn, sEd, tig);
 #pragma unroll
@@ -294,7 +283,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     }
     wg::keep_u(dh);
     wg::keep_u(dl);
-    if constexpr (kOneB) cuda::mbar_wait(&bar[NBUF], it & 1);  // K^T of this chunk
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
@@ -321,7 +309,6 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
     if (cg + NBUF < c_end && threadIdx.x == 0)
       wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice);
-    if constexpr (kOneB) cuda::mbar_wait(&bar[NBUF + 1], it & 1);  // P of this chunk
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)

@@ -146,21 +146,14 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 // unused): A = W, Q (fp16), U slice, eq (48.25 KiB); B = P (fp16), K^T, ed (24.25 KiB).
 // kU16 (half format with fp16 U, Workspace U16): the U slice is 8 KiB (A 40.25 KiB).
 // Every tile 128-byte aligned.
-template <int K, int V, bool kExact, bool kHalf = false, bool kU16 = false, int kOutBytes = 4,
-          bool kOneB = false>
+template <int K, int V, bool kExact, bool kHalf = false, bool kU16 = false, int kOutBytes = 4>
 struct StateSmemWg {
   static_assert(kExact || !kHalf, "the half format is an exact format");
   static_assert(kHalf || !kU16, "fp16 U only in the half format");
-  static_assert(kHalf || !kOneB, "one B buffer: the half format only (v9)");
   static_assert(kOutBytes == 2 || kOutBytes == 4, "2- or 4-byte o");
   static constexpr bool kHalfFmt = kHalf, kU16Fmt = kU16;
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
-  static constexpr int NBUF = kExact ? 2 : 1;  // A buffers (and B buffers unless kOneB)
-  // kOneB (v9 only): one B buffer, its K^T and P tiles on two mbarriers (bar[NBUF] K^T, bar[NBUF
-  // + 1] P) so ST waits for K^T only; ed moves to the A buffers (needed before ST). 24 KiB less
-  // shared memory, so that two chunk blocks fit beside a state block during the overlap.
-  static constexpr bool kOneBuf = kOneB, kEdInA = kOneB;
-  static constexpr int NBUFB = kOneB ? 1 : NBUF;
+  static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
   static constexpr int kU = C * VS * (kU16 ? 2 : 4);  // bytes of the block's U slice (ws_u order)
@@ -168,17 +161,16 @@ struct StateSmemWg {
   // offsets inside one A buffer / one B buffer
   static constexpr int oWh = 0, oWl = kCK, oQh = kHalf ? kCK : 2 * kCK, oQl = 3 * kCK;
   static constexpr int oU = kHalf ? 2 * kCK : kExact ? 3 * kCK : 4 * kCK, oEq = oU + kU;
-  static constexpr int kBytesA = oEq + (kExact ? kVec : 0) + (kEdInA ? kVec : 0);
+  static constexpr int kBytesA = oEq + (kExact ? kVec : 0);
   static constexpr int kStrideA = (kBytesA + 127) / 128 * 128;
   static constexpr int oPh = 0, oPl = kCC, oKh = kHalf ? kCC : 2 * kCC, oKl = 2 * kCC + kCK;
-  // ed: in the B buffer after K^T, or (kEdInA) in the A buffer after eq
-  static constexpr int oEd = kEdInA ? oEq + kVec : kExact ? oKh + kCK : 0;
-  static constexpr int kBytesB = kEdInA ? oKh + kCK : kExact ? oEd + kVec : 2 * kCC + 2 * kCK;
+  static constexpr int oEd = kExact ? oKh + kCK : 0;
+  static constexpr int kBytesB = kExact ? oEd + kVec : 2 * kCC + 2 * kCK;
   static constexpr int kStrideB = (kBytesB + 127) / 128 * 128;
   static constexpr int oB = NBUF * kStrideA;  // first B buffer
   // O^T staged as rows of tokens (C x 64 values, 16 bytes of padding per row, sized for the o
   // dtype: kOutBytes) so that the block writes o in 16-byte pieces of whole 64-value row segments.
-  static constexpr int oO = oB + NBUFB * kStrideB;
+  static constexpr int oO = oB + NBUF * kStrideB;
   static constexpr std::size_t bytes = static_cast<std::size_t>(oO) + C * (VS * kOutBytes + 16);
   static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
 };
@@ -220,25 +212,16 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
   else
     cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
   if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
-  if constexpr (Sm::kEdInA) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, &bar[b]);
 }
 template <typename Sm, int K, bool kExact>
 __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* smem,
                                            std::uint64_t* bar, int cg, int c_begin, int h) {
   constexpr int C = Cfg::kChunk;
-  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-  const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
-  if constexpr (Sm::kOneBuf) {  // K^T first (ST waits for it), then P, each on its own barrier
-    unsigned char* d = smem + Sm::oB;
-    cuda::mbar_arrive_tx(&bar[Sm::NBUF], Sm::kCK);
-    cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, &bar[Sm::NBUF]);
-    cuda::mbar_arrive_tx(&bar[Sm::NBUF + 1], Sm::kCC);
-    cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, &bar[Sm::NBUF + 1]);
-    return;
-  }
   const int b = (cg - c_begin) % Sm::NBUF;
   unsigned char* d = smem + Sm::oB + b * Sm::kStrideB;
   std::uint64_t* bb = &bar[Sm::NBUF + b];
+  const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
+  const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
   cuda::mbar_arrive_tx(bb, Sm::kBytesB);
   cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
   if constexpr (!Sm::kHalfFmt) cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
