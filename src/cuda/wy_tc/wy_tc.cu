@@ -59,7 +59,6 @@
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/chunk_table.cuh"
 #include "cuda/common/common.cuh"
-#include "cuda/wy_tc/overlap_segments.hpp"
 
 namespace gdn::detail {
 namespace {
@@ -1395,8 +1394,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // GDN_WYTC_OVERLAP=0 disables it, =1 forces it wherever it can run (tests), =negctl forces it
   // with the carry dropped (negative control), =all forces it also where the state blocks take
   // more than half of the SMs (an experiment: qwen3.5-27b's 96 of 132). GDN_WYTC_SEGS=n asks for
-  // n equal segments (at least 16 chunks each) instead of the default below (experiments; where
-  // the segment ratio below is 1).
+  // n segments (at least 16 chunks each) instead of the default below (experiments).
   const int state_blocks = static_cast<int>(std::min<std::int64_t>(
       static_cast<std::int64_t>(s.N) * pr.HV * (V / SCfg::kVSlice), 0x7fffffff));
   const bool want_v9 = exact_ws && !env_is("GDN_WYTC_STATE", "v6");
@@ -1425,20 +1423,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // segments 0.701 against 0.773 with 8).
   std::int64_t want_segs = half ? std::clamp<std::int64_t>(NC / 128, 4, 16) : 8;
   if (const char* e = std::getenv("GDN_WYTC_SEGS")) want_segs = std::max(2, std::atoi(e));
-  const int sms = sm_count();
-  // Segment sizes in geometric progression, s(i + 1) = r s(i) (r = 1: the equal segments
-  // above). In the overlap, state segment i runs beside chunk segment i + 1; equal segments leave
-  // the faster side waiting in every stage, and the first chunk segment and the last state
-  // segment run alone. r61's trace (H100, 27b T = 32768, equal segments of 128 chunks): chunk
-  // segments 3.16 us per chunk beside the state pass (1.98 alone), state segments 1.95 us per
-  // chunk beside chunk blocks (1.48 alone), so the stages balance at r = 1.95 / 3.16 = 0.62:
-  // a large first segment (chunks alone, at full speed) and a short last one (state alone).
-  // Default there: r = 0.62 in the half scheme where the state blocks take more than half of
-  // the SMs (the chunk pass bounds the overlap); elsewhere 1. GDN_WYTC_SEGRATIO=r (experiments).
-  double seg_ratio = half && 2 * state_blocks > sms ? 0.62 : 1.0;
-  if (const char* e = std::getenv("GDN_WYTC_SEGRATIO")) seg_ratio = std::clamp(std::atof(e), 0.2, 5.0);
-  const std::vector<std::int64_t> segb = detail::overlap_segment_bounds(NC, want_segs, seg_ratio);
-  const int nseg = static_cast<int>(segb.size()) - 1;
+  const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
+  const int nseg = static_cast<int>((NC + seg - 1) / seg);
   const bool overlap_all = env_is("GDN_WYTC_OVERLAP", "all");
   const bool overlap_negctl = env_is("GDN_WYTC_OVERLAP", "negctl");
   const bool overlap_forced = overlap_negctl || overlap_all || env_is("GDN_WYTC_OVERLAP", "1");
@@ -1448,6 +1434,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Half scheme (r38): from 256 chunks in both cases (27b T = 16384, 4 segments: 0.927 against
   // 0.959 ms without the overlap; qwen3-next 8192, 128 chunks: 0.407 against 0.399, so not
   // below 256).
+  const int sms = sm_count();
   const bool fits = 2 * state_blocks <= sms ? NC >= 256
                                             : state_blocks <= sms && NC >= (half ? 256 : 512);
   const bool overlap = want_v9 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
@@ -1697,7 +1684,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   Status res = Status::Ok();
   int recorded = 0;  // state passes enqueued on the side stream
   for (int i = 0; i < nseg && res.ok(); ++i) {
-    const std::int64_t c0 = segb[i], c1 = segb[i + 1];
+    const std::int64_t c0 = i * seg, c1 = std::min<std::int64_t>(NC, c0 + seg);
     res = run_chunks(c0, c1, st);
     if (!res.ok()) break;
     res = cuda::from_cuda(cudaEventRecord(side.ev[i], st), "wy-tc overlap: event record");
