@@ -275,6 +275,64 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
+// Paired slices in the v9 state pass (GDN_WYTC_PAIR=1: one block of two warpgroups per sequence
+// and value head, V = 128, half scheme with fp16 U, 2-byte o): each warpgroup runs the one-slice
+// pass on its slice, so o and the final state equal GDN_WYTC_PAIR=0 bit for bit, overlapped and
+// not, varlen with empty and short sequences, K = 64 and 128; the sets pass the oracle. Negative
+// control (GDN_WYTC_PAIR=negctl: both warpgroups read slice 0's U) must differ, which also shows
+// that the paired kernel is the one that ran.
+TEST(WyTcState, PairedSlicesEqualOneSlicePerBlock) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  struct PairCase {
+    StateCase sc;
+    const char* overlap;
+  };
+  std::vector<PairCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+    s.h0 = true;
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1"});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
+    s.state_layout = gdn::StateLayout::vk;
+    s.h0 = true;
+    cs.push_back({{"L300x0x1029x17x64_HK1_HV3_K64_V128_vk_h0", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 128);  // 33 chunks: 3 segments
+    s.head_map = gdn::HeadMap::tiled;
+    s.l2norm_in_kernel = true;
+    s.h0 = true;
+    cs.push_back({{"L2100_HK2_HV2_K128_V128_tiled_l2norm_h0_overlapped", s}, "1"});
+  }
+  int seed = 600;
+  for (const PairCase& pc : cs) {
+    const StateCase& sc = pc.sc;
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", pc.overlap);
+    check::ArmOutput x;
+    {
+      testutil::ScopedEnv force("GDN_WYTC_PAIR", "1");
+      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+      std::printf("wy-tc paired slices %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
+                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+      EXPECT_TRUE(r.pass) << testutil::describe(r);
+      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+      x = check::run_arm(Arm::wy_tc, c, true);
+    }
+    const check::ArmOutput one = run_with("GDN_WYTC_PAIR", "0", c);
+    const check::ArmOutput bad = run_with("GDN_WYTC_PAIR", "negctl", c);
+    expect_same_bits("paired slices", sc.name, x, one, bad,
+                     "reading slice 0's U in both warpgroups changed nothing: the paired kernel "
+                     "did not run");
+  }
+}
+
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
 // the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; off by default since r48).
 // The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the oracle;

@@ -470,6 +470,8 @@ struct StateParams {
   int seq0;            // the sequence of blockIdx.x = 0 (a varlen group's first; else 0)
   bool wg_negctl;  // wgmma passes only (v6, v9), negative control (GDN_WYTC_WG_NEGCTL=1): the W^T fold reads the Qs
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
+  bool pair_negctl;  // v9 with paired slices only, negative control (GDN_WYTC_PAIR=negctl): both
+                     // warpgroups read slice 0's U
   Workspace ws;
 };
 
@@ -1565,6 +1567,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   sp.seg_c0 = 0, sp.seg_c1 = 0x7fffffff;
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
+  // Paired slices (wy_tc_state_wg9.cuh, kNS = 2: one block of two warpgroups per sequence and
+  // value head, V = 128, half scheme with fp16 U, 2-byte o): GDN_WYTC_PAIR=1 (an experiment, off
+  // by default), =negctl with its negative control.
+  sp.pair_negctl = env_is("GDN_WYTC_PAIR", "negctl");
+  const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
+                    (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1"));
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   // The state pass of `nseq` sequences from spp.seq0 on `stream`.
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
@@ -1574,13 +1582,19 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     constexpr std::int64_t kEs = sizeof(TOut);
     spp.o_vec = reinterpret_cast<std::uintptr_t>(a.o.data) % 16 == 0 &&
                 (a.o.stride[0] * kEs) % 16 == 0 && (a.o.stride[1] * kEs) % 16 == 0;
-    auto go = [&](auto kern, std::size_t smem, const char* name) -> Status {
+    auto go = [&](auto kern, std::size_t smem, const char* name, int ns = 1) -> Status {
       GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-      kern<<<static_cast<unsigned>(blocks), SCfg::kThreads, smem, stream>>>(spp);
+      kern<<<static_cast<unsigned>(blocks / ns), SCfg::kThreads * ns, smem, stream>>>(spp);
       return cuda::from_cuda(cudaGetLastError(), name);
     };
     constexpr int kOB = static_cast<int>(kEs);  // v9's o staging sized for the o dtype
+    if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
+      if (pair)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2>,
+                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
+    }
     if (v9 && half && u16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
                 StateSmemWg<K, V, true, true, true, kOB>::bytes,

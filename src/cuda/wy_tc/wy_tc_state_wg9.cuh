@@ -117,12 +117,21 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // 17 (X 2, OS 2, ST 4, OP 1), and no hi + lo split of S^T or of Vn^T for OP.
 // kU16 (half format only, Workspace U16): the U slice arrives in fp16 (half the bytes) and is
 // widened to fp32 where Vn^T = U^T - X is formed; everything else as kHalf.
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false>
-__global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(StateParams p) {
+// kNS = 2 (paired slices; half format, fp16 U, 2-byte o, V = 128): one block per (sequence,
+// head) with two warpgroups, warpgroup s the V slice s, instead of one block per slice. The W, Q,
+// P, K^T tiles and eq, ed are copied once for both (the one-slice blocks of a head each copy
+// them), U holds both slices, O is staged per slice; the barriers span both warpgroups. 2 x 128
+// threads x <= 255 registers take the whole register file, so no chunk block shares the SM, but
+// the state pass takes half as many SMs. Each warpgroup runs the one-slice pass's instructions
+// on its slice: o and hT equal it bit for bit. p.pair_negctl (GDN_WYTC_PAIR=negctl): both
+// warpgroups read slice 0's U (must differ).
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1>
+__global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
-  using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut))>;
+  static_assert(kNS == 1 || (kHalf && kU16 && sizeof(TOut) == 2 && V == 2 * VS), "paired slices");
+  using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut)), kNS>;
   constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
@@ -131,10 +140,15 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
   const unsigned sb = cuda::smem_u32(smem_wg);
   float st[K / 8][4];
-  const WgBlock wb = wg_begin<K, V>(p, bar, st);
+  const WgBlock wb = wg_begin<K, V, 2 * NBUF, kNS>(p, bar, st);
   const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
   const int v0 = wb.v0;
   const std::int64_t nh = wb.nh;
+  // Paired slices: the warpgroup's thread index, its O staging, its U slice in the A buffers.
+  const int ltid = static_cast<int>(threadIdx.x & 127);
+  const int o_off = Sm::oO + (kNS == 1 ? 0 : slice * Sm::kOStride);
+  const int u_off = Sm::oU + (kNS == 1 || p.pair_negctl ? 0 : slice * Sm::kU1);
+  const int slice_a = kNS == 1 ? slice : 0;  // the slice wg_issue_a copies from (kNS slices)
 
   constexpr unsigned lC = C * 16u, lK = K * 16u;
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
@@ -142,7 +156,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
-      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice);
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a);
       wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
     }
   // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
@@ -155,19 +169,19 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
   constexpr bool kPack = sizeof(TOut) == 2;
   constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
   const unsigned s_stage =
-      sb + Sm::oO +
+      sb + o_off +
       static_cast<unsigned>(((8 * (lane >> 4) + (lane & 7)) * kLdO + warp * 16 + 8 * ((lane >> 3) & 1)) *
                             static_cast<int>(sizeof(TOut)));
   // o stores (16-byte pieces): this thread's rows i0 + kRows j, columns c0 .. c0 + kEl - 1.
   constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
   constexpr int kRows = SCfg::kThreads / kPieces;
   static_assert(SCfg::kThreads % kPieces == 0 && C % kRows == 0, "whole rows per pass");
-  const int i0 = threadIdx.x / kPieces, c0 = (threadIdx.x % kPieces) * kEl;
+  const int i0 = ltid / kPieces, c0 = (ltid % kPieces) * kEl;
   TOut* const o_thr = static_cast<TOut*>(p.o) + static_cast<std::int64_t>(i0) * p.o_st +
                       h * p.o_sh + slice * VS + c0;
   const std::int64_t o_step = kRows * p.o_st;
   const uint4* const s_thr =
-      reinterpret_cast<const uint4*>(smem_wg + Sm::oO + (i0 * kLdO + c0) * static_cast<int>(sizeof(TOut)));
+      reinterpret_cast<const uint4*>(smem_wg + o_off + (i0 * kLdO + c0) * static_cast<int>(sizeof(TOut)));
   constexpr int kStepS = kRows * kLdO * static_cast<int>(sizeof(TOut)) / 16;  // uint4 per row step
   auto store_o = [&](int tok0, int len) {  // after the barrier that follows the staging
     if (p.o_vec && (kPack || len == C)) {
@@ -177,7 +191,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
         if (!kPack || i0 + j * kRows < len)
           *reinterpret_cast<uint4*>(dst + j * o_step) = s_thr[j * kStepS];
     } else {
-      wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice);
+      wg_store_o<TOut, Sm>(p, smem_wg, tok0, len, h, slice, ltid, o_off);
     }
   };
   // S^T of the next chunk split hi + lo (X and OS operands; kHalf: rounded to fp16 once), and
@@ -268,7 +282,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::wait<1>();  // X(c) done (OS(c) may run)
     wg::keep(xw);
     using UPiece = std::conditional_t<kU16, uint2, float4>;  // a lane's four U values
-    const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + Sm::oU);
+    const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + u_off);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
     wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
@@ -308,7 +322,7 @@ __global__ void __launch_bounds__(SCfg::kThreads, 1) wy_tc_state_kernel_wg9(Stat
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
     __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
     if (cg + NBUF < c_end && threadIdx.x == 0)
-      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice);
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice_a);
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)

@@ -146,17 +146,23 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 // unused): A = W, Q (fp16), U slice, eq (48.25 KiB); B = P (fp16), K^T, ed (24.25 KiB).
 // kU16 (half format with fp16 U, Workspace U16): the U slice is 8 KiB (A 40.25 KiB).
 // Every tile 128-byte aligned.
-template <int K, int V, bool kExact, bool kHalf = false, bool kU16 = false, int kOutBytes = 4>
+// kNS (v9 half format with fp16 U only): V slices per block, one warpgroup each; the block's U
+// is kNS slices (contiguous in ws_u order) and it stages O once per slice; the W, Q, P, K^T tiles
+// and eq, ed are the head's and shared by the slices.
+template <int K, int V, bool kExact, bool kHalf = false, bool kU16 = false, int kOutBytes = 4,
+          int kNS = 1>
 struct StateSmemWg {
   static_assert(kExact || !kHalf, "the half format is an exact format");
   static_assert(kHalf || !kU16, "fp16 U only in the half format");
   static_assert(kOutBytes == 2 || kOutBytes == 4, "2- or 4-byte o");
+  static_assert(kNS == 1 || (kU16 && kNS * SCfg::kVSlice == V), "paired slices: fp16 U, whole V");
   static constexpr bool kHalfFmt = kHalf, kU16Fmt = kU16;
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
-  static constexpr int kU = C * VS * (kU16 ? 2 : 4);  // bytes of the block's U slice (ws_u order)
+  static constexpr int kU1 = C * VS * (kU16 ? 2 : 4);  // bytes of one U slice (ws_u order)
+  static constexpr int kU = kNS * kU1;                  // bytes of the block's U slice(s)
   static constexpr int kVec = C * 4;     // bytes of eq or ed
   // offsets inside one A buffer / one B buffer
   static constexpr int oWh = 0, oWl = kCK, oQh = kHalf ? kCK : 2 * kCK, oQl = 3 * kCK;
@@ -171,7 +177,8 @@ struct StateSmemWg {
   // O^T staged as rows of tokens (C x 64 values, 16 bytes of padding per row, sized for the o
   // dtype: kOutBytes) so that the block writes o in 16-byte pieces of whole 64-value row segments.
   static constexpr int oO = oB + NBUF * kStrideB;
-  static constexpr std::size_t bytes = static_cast<std::size_t>(oO) + C * (VS * kOutBytes + 16);
+  static constexpr int kOStride = C * (VS * kOutBytes + 16);  // one slice's staging
+  static constexpr std::size_t bytes = static_cast<std::size_t>(oO) + kNS * kOStride;
   static_assert(bytes <= 227 * 1024, "fits the H200's shared memory per block");
 };
 
@@ -246,16 +253,18 @@ __device__ __forceinline__ void wg_stage_o(const float (&ot)[Cfg::kChunk / 8][4]
           from_f32<TOut>(ot[nt][e]);
 }
 // The staged rows (len tokens x VS values) to o in whole 16-byte pieces (element stores where o
-// rows are not 16-byte aligned). After a barrier that follows wg_stage_o.
+// rows are not 16-byte aligned). After a barrier that follows wg_stage_o. tid: the thread's
+// index in its warpgroup, o_off: the staging's offset (paired slices: one per warpgroup).
 template <typename TOut, typename Sm>
 __device__ __forceinline__ void wg_store_o(const StateParams& p, const unsigned char* smem,
-                                           int tok0, int len, int h, int slice) {
+                                           int tok0, int len, int h, int slice,
+                                           int tid = threadIdx.x, int o_off = Sm::oO) {
   constexpr int VS = SCfg::kVSlice;
   constexpr int kLdO = VS + 16 / static_cast<int>(sizeof(TOut));
   constexpr int kEl = 16 / static_cast<int>(sizeof(TOut)), kPieces = VS / kEl;
   TOut* o = static_cast<TOut*>(p.o);
-  const TOut* sO = reinterpret_cast<const TOut*>(smem + Sm::oO);
-  for (int q = threadIdx.x; q < len * kPieces; q += SCfg::kThreads) {
+  const TOut* sO = reinterpret_cast<const TOut*>(smem + o_off);
+  for (int q = tid; q < len * kPieces; q += SCfg::kThreads) {
     const int i = q / kPieces, c0 = (q % kPieces) * kEl;
     TOut* dst = o + (tok0 + i) * p.o_st + h * p.o_sh + slice * VS + c0;
     const TOut* src = sO + i * kLdO + c0;
@@ -310,19 +319,21 @@ struct WgBlock {
   int slice, h, n, lane, tig, warp, v0;
   std::int64_t nh;  // (sequence, value head) of h0 / hT
 };
-template <int K, int V, int NB>
+// kNS: V slices per block (one warpgroup each; v9's paired slices: 2, slice = warpgroup).
+template <int K, int V, int NB, int kNS = 1>
 __device__ __forceinline__ WgBlock wg_begin(const StateParams& p, std::uint64_t (&bar)[NB],
                                             float (&st)[K / 8][4]) {
-  constexpr int VS = SCfg::kVSlice, NS = V / VS;
+  constexpr int VS = SCfg::kVSlice, NS = V / VS / kNS;  // NS: blocks per (sequence, head)
   if (threadIdx.x == 0) {
     for (int i = 0; i < NB; ++i) cuda::mbar_init(&bar[i], 1);
     cuda::mbar_init_fence();
   }
   __syncthreads();
   WgBlock b;
-  b.slice = blockIdx.x % NS, b.h = (blockIdx.x / NS) % p.HV;
+  b.slice = kNS == 1 ? blockIdx.x % NS : static_cast<int>(threadIdx.x >> 7);
+  b.h = (blockIdx.x / NS) % p.HV;
   b.n = p.seq0 + blockIdx.x / (NS * p.HV);
-  b.lane = threadIdx.x & 31, b.tig = b.lane & 3, b.warp = threadIdx.x >> 5;
+  b.lane = threadIdx.x & 31, b.tig = b.lane & 3, b.warp = (threadIdx.x >> 5) & 3;
   b.v0 = b.slice * VS + b.warp * 16;
   b.nh = static_cast<std::int64_t>(b.n) * p.HV + b.h;
   load_state<K, V>(st, p, b.nh, b.v0);
