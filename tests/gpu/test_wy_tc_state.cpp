@@ -275,7 +275,8 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
-// Paired slices in the v9 state pass (GDN_WYTC_PAIR=1: one block of two warpgroups per sequence
+// Paired slices in the v9 state pass (GDN_WYTC_PAIR=1 forces them; by default multi-wave state
+// passes and long overlaps at 27b-like grids; one block of two warpgroups per sequence
 // and value head, V = 128, half scheme with fp16 U, 2-byte o): each warpgroup runs the one-slice
 // pass on its slice, so o and the final state equal GDN_WYTC_PAIR=0 bit for bit, overlapped and
 // not, varlen with empty and short sequences, K = 64 and 128; the sets pass the oracle. Negative

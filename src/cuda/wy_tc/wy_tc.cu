@@ -1568,11 +1568,21 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // v9 (wy_tc_state_wg9.cuh): the pipelined pass; GDN_WYTC_STATE=v6 the unpipelined one.
   const bool v9 = wg && exact_ws && !env_is("GDN_WYTC_STATE", "v6");
   // Paired slices (wy_tc_state_wg9.cuh, kNS = 2: one block of two warpgroups per sequence and
-  // value head, V = 128, half scheme with fp16 U, 2-byte o): GDN_WYTC_PAIR=1 (an experiment, off
-  // by default), =negctl with its negative control.
+  // value head, V = 128, half scheme with fp16 U, 2-byte o). Its chain step is ~2.06 us against
+  // 1.41 (r64, H100: the two warpgroups share the SM's tensor pipes), but it takes half the SMs.
+  // r64 (0f960e4, one process image, ms one-slice / paired): 27b T = 32768 1.597-1.601 / 1.648-
+  // 1.653, 131072 6.33-6.34 / 6.16-6.18, 4096 0.231 / 0.273, 8 x 4096 1.626-1.631 / 1.590,
+  // qwen3-next T = 32768 1.258 / 1.442. By default where it won: without the overlap when the
+  // one-slice blocks take more than one wave (one wave at 2.06 us per step beats two at 1.41),
+  // and in the overlap of state blocks that take more than half of the SMs (the chunk pass is
+  // the bound: it gets the other SMs whole) from 2048 chunks on (T >= 131072: the state segment
+  // that runs alone at the end costs its slower chain once, the overlapped ones gain). GDN_WYTC_PAIR=0
+  // / 1 off / forced wherever it can run, =negctl forced with its negative control.
   sp.pair_negctl = env_is("GDN_WYTC_PAIR", "negctl");
+  const bool pair_auto = overlap ? 2 * state_blocks > sms && NC >= 2048 : state_blocks > sms;
   const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
-                    (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1"));
+                    (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
+                     (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
   // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
   // The state pass of `nseq` sequences from spp.seq0 on `stream`.
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
