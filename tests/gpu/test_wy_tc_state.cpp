@@ -102,6 +102,28 @@ check::ArmOutput run_with(const char* var, const char* value, const check::Case&
   return check::run_arm(Arm::wy_tc, c, true);
 }
 
+// A run-time variant of the wy-tc pass selected by the environment variable var: with var=on the
+// arm passes the oracle and its own negative control on c, and its o and final state equal
+// var=0's bit for bit; var=negctl (the variant's own negative control) must differ (neg_msg).
+void expect_variant_equals(const char* var, const char* on, const std::string& what,
+                           const char* name, const check::Case& c, const check::Oracle& ref,
+                           const char* neg_msg) {
+  check::ArmOutput x;
+  {
+    testutil::ScopedEnv force(var, on);
+    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+    std::printf("wy-tc %s %s: o %.3e state %.3e (util %.3f / %.3f)\n", what.c_str(), name,
+                r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
+    EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+    EXPECT_TRUE(r.pass) << testutil::describe(r);
+    EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+    x = check::run_arm(Arm::wy_tc, c, true);
+  }
+  const check::ArmOutput one = run_with(var, "0", c);
+  const check::ArmOutput bad = run_with(var, "negctl", c);
+  expect_same_bits(what.c_str(), name, x, one, bad, neg_msg);
+}
+
 TEST(WyTcState, WgmmaMatchesMmaSyncAndOracle) {
   if (!is_sm90()) GTEST_SKIP() << "the wgmma state pass runs on compute capability 9.0 only";
   // The split scheme (v5 has no half variant): the same products on both passes.
@@ -260,18 +282,9 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
     const check::Oracle ref = check::ref_serial(c);
-    testutil::ScopedEnv force("GDN_WYTC_OVERLAP", "1");  // the default starts at 256 chunks
-    const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-    std::printf("wy-tc overlapped %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
-                r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
-    EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-    EXPECT_TRUE(r.pass) << testutil::describe(r);
-    EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-    const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
-    const check::ArmOutput one = run_with("GDN_WYTC_OVERLAP", "0", c);
-    const check::ArmOutput bad = run_with("GDN_WYTC_OVERLAP", "negctl", c);
-    expect_same_bits("overlapped", sc.name, seg, one, bad,
-                     "dropping the carry changed nothing: the segmented path did not run");
+    // GDN_WYTC_OVERLAP=1: the default starts at 256 chunks
+    expect_variant_equals("GDN_WYTC_OVERLAP", "1", "overlapped", sc.name, c, ref,
+                          "dropping the carry changed nothing: the segmented path did not run");
   }
 }
 
@@ -315,22 +328,9 @@ TEST(WyTcState, PairedSlicesEqualOneSlicePerBlock) {
     const check::Case c = check::make_case(sc.spec, ++seed);
     const check::Oracle ref = check::ref_serial(c);
     testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", pc.overlap);
-    check::ArmOutput x;
-    {
-      testutil::ScopedEnv force("GDN_WYTC_PAIR", "1");
-      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-      std::printf("wy-tc paired slices %s: o %.3e state %.3e (util %.3f / %.3f)\n", sc.name,
-                  r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
-      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-      EXPECT_TRUE(r.pass) << testutil::describe(r);
-      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-      x = check::run_arm(Arm::wy_tc, c, true);
-    }
-    const check::ArmOutput one = run_with("GDN_WYTC_PAIR", "0", c);
-    const check::ArmOutput bad = run_with("GDN_WYTC_PAIR", "negctl", c);
-    expect_same_bits("paired slices", sc.name, x, one, bad,
-                     "reading slice 0's U in both warpgroups changed nothing: the paired kernel "
-                     "did not run");
+    expect_variant_equals("GDN_WYTC_PAIR", "1", "paired slices", sc.name, c, ref,
+                          "reading slice 0's U in both warpgroups changed nothing: the paired "
+                          "kernel did not run");
   }
 }
 
@@ -367,21 +367,9 @@ TEST(WyTcState, VarlenGroupsEqualSinglePass) {
     SCOPED_TRACE(sc.name);
     const check::Case c = check::make_case(sc.spec, ++seed);
     const check::Oracle ref = check::ref_serial(c);
-    check::ArmOutput grp, one, bad;
-    {
-      testutil::ScopedEnv force("GDN_WYTC_VGROUPS", gc.groups);
-      const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-      std::printf("wy-tc varlen groups (%s) %s: o %.3e state %.3e (util %.3f / %.3f)\n",
-                  gc.groups, sc.name, r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state);
-      EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-      EXPECT_TRUE(r.pass) << testutil::describe(r);
-      EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-      grp = check::run_arm(Arm::wy_tc, c, true);
-    }
-    one = run_with("GDN_WYTC_VGROUPS", "0", c);
-    bad = run_with("GDN_WYTC_VGROUPS", "negctl", c);
-    expect_same_bits("varlen groups", sc.name, grp, one, bad,
-                     "dropping a group's h0 changed nothing: the grouped path did not run");
+    expect_variant_equals("GDN_WYTC_VGROUPS", gc.groups,
+                          std::string("varlen groups (") + gc.groups + ")", sc.name, c, ref,
+                          "dropping a group's h0 changed nothing: the grouped path did not run");
   }
 }
 
