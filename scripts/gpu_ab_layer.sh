@@ -19,7 +19,7 @@ for e in "${EL[@]}"; do
   [[ $e == - ]] && e=GDN_NOTHING=1
   echo "== layer [$e]" >> "$R"
   env $e timeout 90 "$G/gdn" prefill --preset qwen3.5-27b --tokens 32768 --layers 1 --iters 3 2>&1 \
-    | grep -E "^(conv|norm|recurrence|gates)|^layer|GEMMs alone|non-GEMM" >> "$R"
+    | grep -E "^(projections|conv|norm|recurrence|gates|out-proj|sum) |^layer|GEMMs alone|non-GEMM" >> "$R"
 done
 if command -v ncu > /dev/null; then
   KN=${GDN_LAYER_NCU_KERNELS:-"conv_silu|gated_norm"}

@@ -416,10 +416,12 @@ TEST(layer_gpu, conv_v3_negative_control_differs) {
               static_cast<long long>(count_bit_differences(neg.y, v2.y)), neg.y.size());
 }
 
-// gated_norm v3 (default: branch-free SiLU of z) against GDN_LAYER_NORM=v2: y bitwise equal, on
-// the 16-B path (27b heads, V = 128) and the one-element path (P not a multiple of 8), with
-// ordinary and wide-range inputs (z over SiLU's whole range).
-TEST(layer_gpu, norm_v3_bitwise_equals_v2) {
+// gated_norm v4 (default: two rows per thread) against GDN_LAYER_NORM=v3 (one row per thread)
+// and =v2 (v3 without the branch-free SiLU of z): y bitwise equal, on the 16-B path (27b heads,
+// V = 128) and the one-element path (P not a multiple of 8), with ordinary and wide-range inputs
+// (z over SiLU's whole range); the row counts leave partial blocks. Negative control
+// (GDN_LAYER_NORM=v4negctl: a thread's second row scaled by its first row's 1 / rms) must differ.
+TEST(layer_gpu, norm_v4_bitwise_equals_v3_and_v2) {
   struct Case {
     gl::Config c;
     std::vector<int> lens;
@@ -431,10 +433,17 @@ TEST(layer_gpu, norm_v3_bitwise_equals_v2) {
                                    {tiny_with(2, 6, 4), {37, 0, 2, 70}, true}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& k = cases[i];
-    ConvRun v3, v2;
-    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v3, nullptr));
+    ConvRun v4, v3, v2, neg;
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v4, nullptr));
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v3, "v3"));
     ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v2, "v2"));
-    EXPECT_EQ(count_bit_differences(v3.qkv, v2.qkv), 0) << "case " << i << ": qkv";
-    EXPECT_EQ(count_bit_differences(v3.y, v2.y), 0) << "case " << i << ": y";
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &neg, "v4negctl"));
+    EXPECT_EQ(count_bit_differences(v4.qkv, v3.qkv), 0) << "case " << i << ": qkv";
+    EXPECT_EQ(count_bit_differences(v4.y, v3.y), 0) << "case " << i << ": y, v4 vs v3";
+    EXPECT_EQ(count_bit_differences(v4.y, v2.y), 0) << "case " << i << ": y, v4 vs v2";
+    const std::int64_t d = count_bit_differences(neg.y, v4.y);
+    std::printf("norm case %zu: v4negctl changes %lld of %zu y elements\n", i,
+                static_cast<long long>(d), neg.y.size());
+    EXPECT_GT(d, 0) << "case " << i << ": v4negctl produced v4's y: the comparison cannot fail";
   }
 }

@@ -476,8 +476,11 @@ TEST(WyTcState, NegativeControlFails) {
 }
 
 // o at an address that is not 16-byte aligned (a view one element into a larger buffer): the
-// v6 pass cannot store whole 16-byte pieces and must take its element path; results equal the
-// aligned run bit for bit.
+// state pass cannot store whole 16-byte pieces and must take its element path; results equal the
+// aligned run bit for bit. Run with one V slice per block (GDN_WYTC_PAIR=0) and with paired
+// slices (=1, the two-warpgroup kernel's element path); the paired run's negative control
+// (=negctl: both warpgroups read slice 0's U) must differ, which shows that the paired kernel's
+// unaligned path is the one that ran and that the comparison can fail.
 TEST(WyTcState, UnalignedOutputEqualsAligned) {
   check::CaseSpec s = testutil::spec_of({100, 37}, 2, 4, 128, 128);
   s.h0 = true;
@@ -485,46 +488,75 @@ TEST(WyTcState, UnalignedOutputEqualsAligned) {
   const check::ArmOutput ref = check::run_arm(Arm::wy_tc, c, true);
   ASSERT_TRUE(ref.status.ok()) << ref.status.message();
 
-  const std::int64_t n_o = c.T * c.prob.HV * c.prob.V;
-  std::vector<std::uint16_t> o_host(static_cast<std::size_t>(n_o));
-  std::vector<float> state_host(c.h0.size());
-  gdn::PrefillArgs a = c.host_args(o_host.data(), state_host.data());
-  ASSERT_EQ(a.o.dtype, gdn::DType::bf16);
-  std::vector<void*> owned;
-  auto to_device = [&](gdn::TensorView* t, std::size_t pad) -> bool {
-    if (!t->defined()) return true;
-    std::int64_t last = 0;
-    for (int d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->stride[d];
-    const std::size_t bytes = static_cast<std::size_t>(last + 1) * gdn::dtype_size(t->dtype);
-    void* ptr = nullptr;
-    if (cudaMalloc(&ptr, bytes + pad) != cudaSuccess) return false;
-    owned.push_back(ptr);
-    char* at = static_cast<char*>(ptr) + pad;
-    if (cudaMemcpy(at, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
-    t->data = at;
-    return true;
+  // o (bf16 bits) of one run with o one element into its buffer, GDN_WYTC_PAIR=pair.
+  auto run_unaligned = [&](const char* pair, std::vector<std::uint16_t>& o_host) {
+    testutil::ScopedEnv env("GDN_WYTC_PAIR", pair);
+    const std::int64_t n_o = c.T * c.prob.HV * c.prob.V;
+    o_host.assign(static_cast<std::size_t>(n_o), 0);
+    std::vector<float> state_host(c.h0.size());
+    gdn::PrefillArgs a = c.host_args(o_host.data(), state_host.data());
+    ASSERT_EQ(a.o.dtype, gdn::DType::bf16);
+    std::vector<void*> owned;
+    auto to_device = [&](gdn::TensorView* t, std::size_t pad) -> bool {
+      if (!t->defined()) return true;
+      std::int64_t last = 0;
+      for (int d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->stride[d];
+      const std::size_t bytes = static_cast<std::size_t>(last + 1) * gdn::dtype_size(t->dtype);
+      void* ptr = nullptr;
+      if (cudaMalloc(&ptr, bytes + pad) != cudaSuccess) return false;
+      owned.push_back(ptr);
+      char* at = static_cast<char*>(ptr) + pad;
+      if (cudaMemcpy(at, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+      t->data = at;
+      return true;
+    };
+    bool ok = true;
+    for (gdn::TensorView* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.h0, &a.hT})
+      ok = ok && to_device(t, 0);
+    ok = ok && to_device(&a.o, 2);  // one bf16 element in: rows no longer 16-byte aligned
+    if (!ok) for (void* ptr : owned) cudaFree(ptr);
+    ASSERT_TRUE(ok) << "device copies failed";
+    a.on_device = true;
+    gdn::RunInfo info;
+    const gdn::Status st = gdn::prefill(c.prob, a, Arm::wy_tc, &info);
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(info.ran, Arm::wy_tc) << info.note;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o_host.data(), a.o.data, o_host.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (void* ptr : owned) cudaFree(ptr);
   };
-  bool ok = true;
-  for (gdn::TensorView* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.h0, &a.hT})
-    ok = ok && to_device(t, 0);
-  ok = ok && to_device(&a.o, 2);  // one bf16 element in: rows no longer 16-byte aligned
-  ASSERT_TRUE(ok) << "device copies failed";
-  a.on_device = true;
-  gdn::RunInfo info;
-  const gdn::Status st = gdn::prefill(c.prob, a, Arm::wy_tc, &info);
-  EXPECT_TRUE(st.ok()) << st.message();
-  EXPECT_EQ(info.ran, Arm::wy_tc) << info.note;
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(o_host.data(), a.o.data, o_host.size() * 2, cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  for (void* ptr : owned) cudaFree(ptr);
-  ASSERT_EQ(ref.o.size(), o_host.size());
-  for (std::size_t i = 0; i < o_host.size(); ++i) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(o_host[i]) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    ASSERT_EQ(static_cast<double>(f), ref.o[i]) << "unaligned o differs at " << i;
+  // Elements of o_host (bf16 bits) that differ from the aligned reference.
+  auto count_diff = [&](const std::vector<std::uint16_t>& o_host) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < o_host.size(); ++i) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(o_host[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      n += !(static_cast<double>(f) == ref.o[i]);
+    }
+    return n;
+  };
+  for (const char* pair : {"0", "1"}) {
+    SCOPED_TRACE(std::string("GDN_WYTC_PAIR=") + pair);
+    std::vector<std::uint16_t> o_host;
+    run_unaligned(pair, o_host);
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(ref.o.size(), o_host.size());
+    const std::size_t diff = count_diff(o_host);
+    std::printf("wy-tc unaligned o, GDN_WYTC_PAIR=%s: %zu of %zu o differ from the aligned run\n",
+                pair, diff, o_host.size());
+    EXPECT_EQ(diff, 0u) << "unaligned o differs from the aligned run";
   }
+  if (!is_sm90()) return;  // the paired kernel (and its negative control) is a cc 9.0 pass
+  std::vector<std::uint16_t> bad;
+  run_unaligned("negctl", bad);
+  if (HasFatalFailure()) return;
+  const std::size_t bad_diff = count_diff(bad);
+  std::printf("wy-tc unaligned o, GDN_WYTC_PAIR=negctl: %zu of %zu o differ\n", bad_diff,
+              bad.size());
+  EXPECT_GT(bad_diff, 0u) << "the paired negative control changed nothing: the paired kernel's "
+                             "unaligned path did not run, or the comparison cannot fail";
 }
 
 }  // namespace

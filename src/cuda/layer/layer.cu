@@ -10,7 +10,8 @@
 //   conv_state_kernel        prefill: the last kernel-1 conv inputs of each sequence -> its slot
 //   gates_kernel             beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
 //   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z) per (token, value head) row, V/8 lanes
-//                            per row with 16-B accesses (GDN_LAYER_NORM=v2: v2's SiLU code, same bits)
+//                            per row with 16-B accesses, 2 rows per thread (GDN_LAYER_NORM=v3: one row
+//                            per thread, =v2: v2's SiLU code; the same bits)
 // (conv and norm: docs/NOTES.md "layer conv/norm kernels v2" for their byte floors.)
 //   decode_conv_kernel       decode: conv over the slot's state + the new token, state shifted
 // The decode recurrence is gdn::decode (include/gdn/decode.hpp, the decode arm's kernel) on strided
@@ -457,73 +458,98 @@ __global__ void gates_kernel(const bf16* __restrict__ proj, int P, int b_col, in
 // kV3 (default; GDN_LAYER_NORM=v2 for the v2 code): the SiLUs of a thread as conv v3's
 // branch-free fast path plus one rare fallback branch (the same bits; v2's divides each form a
 // branch region, so a thread's 8 SiLUs ran one after another).
-template <int VEC, bool kV3>
+// R rows per thread (v4, the default: R = 2; GDN_LAYER_NORM=v3 runs R = 1): a block covers R
+// consecutive row groups of kThreads / lanes-per-row rows, and a thread loads the o and z vectors
+// of all its R rows before the first row sum, so twice the bytes are in flight per thread (v3
+// reached 53-55% of the H200's DRAM bandwidth at 53% occupancy, NOTES.md). Per row the same
+// operations in the same order: the same bits as R = 1. negctl (GDN_LAYER_NORM=v4negctl, the
+// negative control of the test that holds v4 to v3): every row after a thread's first is scaled
+// by the first row's 1 / rms.
+template <int VEC, bool kV3, int R>
 __global__ void __launch_bounds__(NormTile::kThreads)
     gated_norm_kernel(const bf16* __restrict__ o, const bf16* __restrict__ proj, int P, int z_col,
                       const float* __restrict__ norm_w, int HV, int V, float eps, int lpr_log2,
-                      std::int64_t rows, bf16* __restrict__ out) {
+                      std::int64_t rows, bf16* __restrict__ out, int negctl) {
   constexpr int kChunks = NormTile::kMaxV / (32 * VEC);  // vectors per lane at 32 lanes per row
   if constexpr (VEC == 1) lpr_log2 = 5;  // one element per lane: always a warp per row
   const int lpr = 1 << lpr_log2;
   const int lane = threadIdx.x & (lpr - 1);
-  const std::int64_t row =
-      (static_cast<std::int64_t>(blockIdx.x) * NormTile::kThreads + threadIdx.x) >> lpr_log2;
-  const bool valid = row < rows;  // lanes past the last row still take part in the shuffles
-  const std::int64_t t = row / HV;
-  const int h = static_cast<int>(row % HV);
-  const bf16* orow = o + row * V;
-  const bf16* z = proj + t * P + z_col + static_cast<std::int64_t>(h) * V;
-  float ov[kChunks][VEC], zv[kChunks][VEC];
-  float ss = 0.f;
+  const std::int64_t group_rows = NormTile::kThreads >> lpr_log2;  // rows of one row group
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * R * group_rows +
+                            (threadIdx.x >> lpr_log2);
+  float ov[R][kChunks][VEC], zv[R][kChunks][VEC];
+  float ss[R];
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    const int j = VEC * (lane + lpr * k);
-    if (valid && j < V) {
-      load_f32<VEC>(orow + j, ov[k]);
-      load_f32<VEC>(z + j, zv[k]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) ov[k][i] = zv[k][i] = 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) ss += ov[k][i] * ov[k][i];
-  }
-  for (int s = lpr >> 1; s > 0; s >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, s);
-  const float inv = rsqrtf(ss / static_cast<float>(V) + eps);
-  float sz[kChunks][VEC];  // silu(z)
-  if constexpr (kV3) {
-    bool fast = true;
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t row = row0 + r * group_rows;
+    const bool valid = row < rows;  // lanes past the last row still take part in the shuffles
+    const std::int64_t t = row / HV;
+    const int h = static_cast<int>(row % HV);
+    const bf16* orow = o + row * V;
+    const bf16* z = proj + t * P + z_col + static_cast<std::int64_t>(h) * V;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      const bool live = valid && VEC * (lane + lpr * k) < V;
+      const int j = VEC * (lane + lpr * k);
+      if (valid && j < V) {
+        load_f32<VEC>(orow + j, ov[r][k]);
+        load_f32<VEC>(z + j, zv[r][k]);
+      } else {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        sz[k][i] = silu_fast(zv[k][i]);
-        fast &= !live | silu_fast_in_range(zv[k][i]);
+        for (int i = 0; i < VEC; ++i) ov[r][k][i] = zv[r][k][i] = 0.f;
       }
     }
-    if (!fast) {  // rare: out-of-range z (dead chunks hold 0 and are recomputed harmlessly)
+  }
 #pragma unroll
-      for (int k = 0; k < kChunks; ++k)
-#pragma unroll
-        for (int i = 0; i < VEC; ++i)
-          if (!silu_fast_in_range(zv[k][i])) sz[k][i] = silu(zv[k][i]);
-    }
-  } else {  // v2: one silu() per element (dead chunks hold 0 and are never stored)
+  for (int r = 0; r < R; ++r) {
+    ss[r] = 0.f;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sz[k][i] = silu(zv[k][i]);
+      for (int i = 0; i < VEC; ++i) ss[r] += ov[r][k][i] * ov[r][k][i];
   }
+  for (int s = lpr >> 1; s > 0; s >>= 1)
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    const int j = VEC * (lane + lpr * k);
-    if (!valid || j >= V) continue;
-    float w[VEC], y[VEC];
-    load_floats<VEC>(norm_w + j, w);
+    for (int r = 0; r < R; ++r) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], s);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) y[i] = ov[k][i] * inv * w[i] * sz[k][i];
-    to_bf16(y).store(out + row * V + j);
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t row = row0 + r * group_rows;
+    const bool valid = row < rows;
+    const float inv = rsqrtf(ss[negctl && r > 0 ? 0 : r] / static_cast<float>(V) + eps);
+    float sz[kChunks][VEC];  // silu(z)
+    if constexpr (kV3) {
+      bool fast = true;
+#pragma unroll
+      for (int k = 0; k < kChunks; ++k) {
+        const bool live = valid && VEC * (lane + lpr * k) < V;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          sz[k][i] = silu_fast(zv[r][k][i]);
+          fast &= !live | silu_fast_in_range(zv[r][k][i]);
+        }
+      }
+      if (!fast) {  // rare: out-of-range z (dead chunks hold 0 and are recomputed harmlessly)
+#pragma unroll
+        for (int k = 0; k < kChunks; ++k)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i)
+            if (!silu_fast_in_range(zv[r][k][i])) sz[k][i] = silu(zv[r][k][i]);
+      }
+    } else {  // v2: one silu() per element (dead chunks hold 0 and are never stored)
+#pragma unroll
+      for (int k = 0; k < kChunks; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sz[k][i] = silu(zv[r][k][i]);
+    }
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int j = VEC * (lane + lpr * k);
+      if (!valid || j >= V) continue;
+      float w[VEC], y[VEC];
+      load_floats<VEC>(norm_w + j, w);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) y[i] = ov[r][k][i] * inv * w[i] * sz[k][i];
+      to_bf16(y).store(out + row * V + j);
+    }
   }
 }
 
@@ -653,14 +679,20 @@ Status launch_gated_norm(const bf16* o, const bf16* proj, int P, int z_col, cons
   int lpr_log2 = 5;
   if (v8)
     for (lpr_log2 = 0; (8 << lpr_log2) < V;) ++lpr_log2;  // V <= 256: at most 32 lanes
-  const std::int64_t blocks = ((rows << lpr_log2) + NormTile::kThreads - 1) / NormTile::kThreads;
+  // GDN_LAYER_NORM: v2 / v3 (the earlier codes, same bits), v4negctl (negative control).
+  const bool v2 = cuda::env_is("GDN_LAYER_NORM", "v2"), v3 = cuda::env_is("GDN_LAYER_NORM", "v3");
+  const int negctl = cuda::env_is("GDN_LAYER_NORM", "v4negctl") ? 1 : 0;
+  const int R = v2 || v3 ? 1 : 2;
+  const std::int64_t per_block = static_cast<std::int64_t>(R) * NormTile::kThreads;
+  const std::int64_t blocks = ((rows << lpr_log2) + per_block - 1) / per_block;
   using Fn = void (*)(const bf16*, const bf16*, int, int, const float*, int, int, float, int,
-                      std::int64_t, bf16*);
-  const bool v2 = cuda::env_is("GDN_LAYER_NORM", "v2");  // A/B: the v2 code (same bits)
-  const Fn k = v8 ? (v2 ? gated_norm_kernel<8, false> : gated_norm_kernel<8, true>)
-                  : (v2 ? gated_norm_kernel<1, false> : gated_norm_kernel<1, true>);
+                      std::int64_t, bf16*, int);
+  const Fn k = v8 ? (v2 ? gated_norm_kernel<8, false, 1>
+                        : v3 ? gated_norm_kernel<8, true, 1> : gated_norm_kernel<8, true, 2>)
+                  : (v2 ? gated_norm_kernel<1, false, 1>
+                        : v3 ? gated_norm_kernel<1, true, 1> : gated_norm_kernel<1, true, 2>);
   k<<<static_cast<unsigned>(blocks), NormTile::kThreads, 0, s>>>(o, proj, P, z_col, norm_w, HV, V,
-                                                                eps, lpr_log2, rows, out);
+                                                                eps, lpr_log2, rows, out, negctl);
   GDN_CUDA_LAUNCH_CHECK("gated_norm_kernel");
   return Status::Ok();
 }
