@@ -416,7 +416,7 @@ TEST(layer_gpu, conv_v3_negative_control_differs) {
               static_cast<long long>(count_bit_differences(neg.y, v2.y)), neg.y.size());
 }
 
-// gated_norm v4 (default: two rows per thread) against GDN_LAYER_NORM=v3 (one row per thread)
+// gated_norm v3 (default: one row per thread) against GDN_LAYER_NORM=v4 (two rows per thread)
 // and =v2 (v3 without the branch-free SiLU of z): y bitwise equal, on the 16-B path (27b heads,
 // V = 128) and the one-element path (P not a multiple of 8), with ordinary and wide-range inputs
 // (z over SiLU's whole range); the row counts leave partial blocks. Negative control
@@ -434,8 +434,8 @@ TEST(layer_gpu, norm_v4_bitwise_equals_v3_and_v2) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& k = cases[i];
     ConvRun v4, v3, v2, neg;
-    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v4, nullptr));
-    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v3, "v3"));
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v4, "v4"));
+    ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v3, nullptr));
     ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &v2, "v2"));
     ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 430 + i, k.wide, nullptr, &neg, "v4negctl"));
     EXPECT_EQ(count_bit_differences(v4.qkv, v3.qkv), 0) << "case " << i << ": qkv";

@@ -10,7 +10,7 @@
 //   conv_state_kernel        prefill: the last kernel-1 conv inputs of each sequence -> its slot
 //   gates_kernel             beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
 //   gated_norm_kernel        rmsnorm(o) * norm_w * silu(z) per (token, value head) row, V/8 lanes
-//                            per row with 16-B accesses, 2 rows per thread (GDN_LAYER_NORM=v3: one row
+//                            per row with 16-B accesses, one row per thread (GDN_LAYER_NORM=v4: two rows
 //                            per thread, =v2: v2's SiLU code; the same bits)
 // (conv and norm: docs/NOTES.md "layer conv/norm kernels v2" for their byte floors.)
 //   decode_conv_kernel       decode: conv over the slot's state + the new token, state shifted
@@ -458,13 +458,14 @@ __global__ void gates_kernel(const bf16* __restrict__ proj, int P, int b_col, in
 // kV3 (default; GDN_LAYER_NORM=v2 for the v2 code): the SiLUs of a thread as conv v3's
 // branch-free fast path plus one rare fallback branch (the same bits; v2's divides each form a
 // branch region, so a thread's 8 SiLUs ran one after another).
-// R rows per thread (v4, the default: R = 2; GDN_LAYER_NORM=v3 runs R = 1): a block covers R
+// R rows per thread (v3, the default: R = 1; GDN_LAYER_NORM=v4: R = 2): a block covers R
 // consecutive row groups of kThreads / lanes-per-row rows, and a thread loads the o and z vectors
-// of all its R rows before the first row sum, so twice the bytes are in flight per thread (v3
-// reached 53-55% of the H200's DRAM bandwidth at 53% occupancy, NOTES.md). Per row the same
-// operations in the same order: the same bits as R = 1. negctl (GDN_LAYER_NORM=v4negctl, the
-// negative control of the test that holds v4 to v3): every row after a thread's first is scaled
-// by the first row's 1 / rms.
+// of all its R rows before the first row sum, so R times the bytes are in flight per thread. Per
+// row the same operations in the same order: the same bits for every R. r66 (H100) measured v4
+// slower (121 against 112 us at T = 8192: 59 registers, 43% occupancy, DRAM 71% against v3's
+// 78%); kept selectable for a measurement on the H200, where v3 reached only 53-55% of DRAM
+// bandwidth (NOTES.md, session 19). negctl (GDN_LAYER_NORM=v4negctl, the negative control of the
+// test that holds v4 to v3): every row after a thread's first is scaled by the first row's 1 / rms.
 template <int VEC, bool kV3, int R>
 __global__ void __launch_bounds__(NormTile::kThreads)
     gated_norm_kernel(const bf16* __restrict__ o, const bf16* __restrict__ proj, int P, int z_col,
@@ -679,9 +680,11 @@ Status launch_gated_norm(const bf16* o, const bf16* proj, int P, int z_col, cons
   int lpr_log2 = 5;
   if (v8)
     for (lpr_log2 = 0; (8 << lpr_log2) < V;) ++lpr_log2;  // V <= 256: at most 32 lanes
-  // GDN_LAYER_NORM: v2 / v3 (the earlier codes, same bits), v4negctl (negative control).
-  const bool v2 = cuda::env_is("GDN_LAYER_NORM", "v2"), v3 = cuda::env_is("GDN_LAYER_NORM", "v3");
+  // GDN_LAYER_NORM: v2 (the earlier SiLU code), v4 (two rows per thread; slower on the H100,
+  // r66), v4negctl (v4's negative control); unset: v3. All but v4negctl give the same bits.
+  const bool v2 = cuda::env_is("GDN_LAYER_NORM", "v2");
   const int negctl = cuda::env_is("GDN_LAYER_NORM", "v4negctl") ? 1 : 0;
+  const bool v3 = !negctl && !cuda::env_is("GDN_LAYER_NORM", "v4");
   const int R = v2 || v3 ? 1 : 2;
   const std::int64_t per_block = static_cast<std::int64_t>(R) * NormTile::kThreads;
   const std::int64_t blocks = ((rows << lpr_log2) + per_block - 1) / per_block;
