@@ -37,7 +37,8 @@ Status check_view(const std::string& n, const TensorView& t, std::vector<std::in
   std::string dts;
   for (DType d : dtypes) {
     ok |= d == t.dtype;
-    dts += (dts.empty() ? "" : "|") + std::string(to_string(d));
+    if (!dts.empty()) dts += '|';
+    dts += to_string(d);
   }
   if (!ok) return Status::Invalid(n + ": dtype " + to_string(t.dtype) + " not accepted (want " + dts + ")");
   for (int i = 0; i < t.rank; ++i)
