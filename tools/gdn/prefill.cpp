@@ -125,43 +125,52 @@ int run_prefill(const PrefillOptions& opt) {
   // Warm-up (cuBLAS heuristics, arm first call), then timed passes of the whole stack.
   if (!(st = pass(nullptr)).ok()) return fail(st.message());
   progress("measure", ++done, units);
+  // Three kinds of timed passes: the stack (uninstrumented), its GEMMs alone, and the stack with
+  // an event between stages (the per-stage table: per-stage medians over opt.iters passes, the
+  // non-GEMM share the median of the passes' shares). They run interleaved, the order rotating
+  // from round to round, so that no kind is favoured by when it runs: run one kind after another
+  // (until session 19), the instrumented passes' GEMMs took 7-8% longer than the GEMM-only passes
+  // run just before them (r66, H100; the power cap lowers the clock as the GEMMs run, NOTES.md).
   std::vector<double> stack_ms, gemm_ms;
-  for (int i = 0; i < opt.iters; ++i) {
-    for (auto& L : stack) L->zero_slots();
-    cudaEventRecord(e0);
-    if (!(st = pass(nullptr)).ok()) return fail(st.message());
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    stack_ms.push_back(ms);
-    progress("measure", ++done, units);
-  }
-  for (int i = 0; i < opt.iters; ++i) {
-    cudaEventRecord(e0);
-    for (auto& L : stack)
-      if (!(st = L->gemms_only(x, y, T, *ws)).ok()) return fail(st.message());
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    gemm_ms.push_back(ms);
-    progress("measure", ++done, units);
-  }
-  // Instrumented passes (an event between stages): the per-stage table is the per-stage median
-  // over opt.iters passes, the non-GEMM share the median of the passes' shares (one pass alone
-  // swung by several percent with the GPU's clock, NOTES.md).
   std::vector<layer::StageTimes> tms;
   std::vector<double> shares;
-  for (int i = 0; i < opt.iters; ++i) {
-    layer::StageTimes t;
+  auto timed = [&](auto&& body, std::vector<double>& out) -> Status {
+    cudaEventRecord(e0);
+    Status s = body();
+    if (!s.ok()) return s;
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    out.push_back(ms);
+    return Status::Ok();
+  };
+  auto run_kind = [&](int kind) -> Status {
+    if (kind == 0) {  // the stack
+      for (auto& L : stack) L->zero_slots();
+      return timed([&] { return pass(nullptr); }, stack_ms);
+    }
+    if (kind == 1)  // its GEMMs alone
+      return timed(
+          [&]() -> Status {
+            for (auto& L : stack)
+              if (Status s = L->gemms_only(x, y, T, *ws); !s.ok()) return s;
+            return Status::Ok();
+          },
+          gemm_ms);
+    layer::StageTimes t;  // instrumented
     for (auto& L : stack) L->zero_slots();
-    if (!(st = pass(&t)).ok()) return fail(st.message());
+    if (Status s = pass(&t); !s.ok()) return s;
     const double tot = t.total();
     shares.push_back(tot > 0 ? (t.conv + t.gates + t.recur + t.norm) / tot : 0.0);
     tms.push_back(t);
-    progress("measure", ++done, units);
-  }
+    return Status::Ok();
+  };
+  for (int i = 0; i < opt.iters; ++i)
+    for (int j = 0; j < 3; ++j) {
+      if (!(st = run_kind((i + j) % 3)).ok()) return fail(st.message());
+      progress("measure", ++done, units);
+    }
   if (cudaDeviceSynchronize() != cudaSuccess) return fail("CUDA error after the runs");
   cudaFree(x);
   cudaFree(y);
