@@ -1,6 +1,7 @@
 // Helpers shared by the GPU test files (one copy, not one per arm).
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "check/check.hpp"
+#include "gdn/gdn.hpp"
 
 namespace gdn::testutil {
 
@@ -63,6 +65,30 @@ class ScopedEnv {
   const char* name_;
   bool had_ = false;
   std::string saved_;
+};
+
+// Device copy of a host view's whole byte span (the case's storage is dense), freed with the
+// object; make() points the view at the copy. pad: bytes left before the copy in its allocation
+// (an odd number of elements puts the view's rows off 16-byte alignment).
+struct DeviceCopy {
+  void* ptr = nullptr;
+  DeviceCopy() = default;
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  ~DeviceCopy() {
+    if (ptr) cudaFree(ptr);
+  }
+  bool make(gdn::TensorView* t, std::size_t pad = 0) {
+    if (!t->defined()) return true;
+    std::int64_t last = 0;
+    for (int d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->stride[d];
+    const std::size_t bytes = static_cast<std::size_t>(last + 1) * gdn::dtype_size(t->dtype);
+    if (cudaMalloc(&ptr, bytes + pad) != cudaSuccess) return false;
+    char* at = static_cast<char*>(ptr) + pad;
+    if (cudaMemcpy(at, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+    t->data = at;
+    return true;
+  }
 };
 
 // Runs f(v) once per value v of environment variable `name` (e.g. every kernel variant).

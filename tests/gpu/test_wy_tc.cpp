@@ -112,24 +112,6 @@ TEST(wy_tc, Varlen_37_0_130_64_HK2_HV4_K128_bf16_h0) {
   EXPECT_TRUE(r.negative_control_failed) << describe(r);
 }
 
-// Device copy of a host view's whole byte span (the case's storage is dense).
-struct DeviceCopy {
-  void* ptr = nullptr;
-  ~DeviceCopy() {
-    if (ptr) cudaFree(ptr);
-  }
-  bool make(gdn::TensorView* t) {
-    if (!t->defined()) return true;
-    std::int64_t last = 0;
-    for (int d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->stride[d];
-    const std::size_t bytes = static_cast<std::size_t>(last + 1) * gdn::dtype_size(t->dtype);
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) return false;
-    if (cudaMemcpy(ptr, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
-    t->data = ptr;
-    return true;
-  }
-};
-
 // hT aliasing h0 (in-place state update) gives the same o and final state, bit for bit, as
 // separate buffers.
 TEST(wy_tc, HtAliasesH0_T200_HK2_HV6_K128_bf16) {
@@ -142,7 +124,7 @@ TEST(wy_tc, HtAliasesH0_T200_HK2_HV6_K128_bf16) {
   std::vector<float> state_host(c.h0.size());
   gdn::PrefillArgs a = c.host_args(o_host.data(), state_host.data());
   ASSERT_EQ(a.o.dtype, gdn::DType::bf16);
-  DeviceCopy dq, dk, dv, dg, db, dh, dout;
+  testutil::DeviceCopy dq, dk, dv, dg, db, dh, dout;
   for (auto [t, d] : {std::pair{&a.q, &dq}, {&a.k, &dk}, {&a.v, &dv}, {&a.g, &dg},
                       {&a.beta, &db}, {&a.h0, &dh}, {&a.o, &dout}})
     ASSERT_TRUE(d->make(t)) << "device copy failed";

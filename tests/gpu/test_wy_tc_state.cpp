@@ -496,26 +496,12 @@ TEST(WyTcState, UnalignedOutputEqualsAligned) {
     std::vector<float> state_host(c.h0.size());
     gdn::PrefillArgs a = c.host_args(o_host.data(), state_host.data());
     ASSERT_EQ(a.o.dtype, gdn::DType::bf16);
-    std::vector<void*> owned;
-    auto to_device = [&](gdn::TensorView* t, std::size_t pad) -> bool {
-      if (!t->defined()) return true;
-      std::int64_t last = 0;
-      for (int d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->stride[d];
-      const std::size_t bytes = static_cast<std::size_t>(last + 1) * gdn::dtype_size(t->dtype);
-      void* ptr = nullptr;
-      if (cudaMalloc(&ptr, bytes + pad) != cudaSuccess) return false;
-      owned.push_back(ptr);
-      char* at = static_cast<char*>(ptr) + pad;
-      if (cudaMemcpy(at, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
-      t->data = at;
-      return true;
-    };
-    bool ok = true;
-    for (gdn::TensorView* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.h0, &a.hT})
-      ok = ok && to_device(t, 0);
-    ok = ok && to_device(&a.o, 2);  // one bf16 element in: rows no longer 16-byte aligned
-    if (!ok) for (void* ptr : owned) cudaFree(ptr);
-    ASSERT_TRUE(ok) << "device copies failed";
+    testutil::DeviceCopy dq, dk, dv, dg, db, dh, dhT, dout;
+    for (auto [t, d] : {std::pair{&a.q, &dq}, {&a.k, &dk}, {&a.v, &dv}, {&a.g, &dg},
+                        {&a.beta, &db}, {&a.h0, &dh}, {&a.hT, &dhT}})
+      ASSERT_TRUE(d->make(t)) << "device copy failed";
+    // one bf16 element in: rows no longer 16-byte aligned
+    ASSERT_TRUE(dout.make(&a.o, 2)) << "device copy failed";
     a.on_device = true;
     gdn::RunInfo info;
     const gdn::Status st = gdn::prefill(c.prob, a, Arm::wy_tc, &info);
@@ -524,7 +510,6 @@ TEST(WyTcState, UnalignedOutputEqualsAligned) {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(o_host.data(), a.o.data, o_host.size() * 2, cudaMemcpyDeviceToHost),
               cudaSuccess);
-    for (void* ptr : owned) cudaFree(ptr);
   };
   // Elements of o_host (bf16 bits) that differ from the aligned reference.
   auto count_diff = [&](const std::vector<std::uint16_t>& o_host) {

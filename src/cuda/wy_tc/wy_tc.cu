@@ -1583,8 +1583,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
                     (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
                      (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
-  // The state pass on `stream` with parameters `spp` (a segment's, or the whole sequence's).
-  // The state pass of `nseq` sequences from spp.seq0 on `stream`.
+  // The state pass of `nseq` sequences from spp.seq0 on `stream`, with parameters `spp` (a
+  // segment's, or the whole sequences').
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
   const std::int64_t blocks = static_cast<std::int64_t>(nseq) * pr.HV * (V / SCfg::kVSlice);
   return cuda::dispatch_dtype(a.o.dtype, [&](auto tout) -> Status {
