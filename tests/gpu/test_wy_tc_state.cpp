@@ -334,6 +334,53 @@ TEST(WyTcState, PairedSlicesEqualOneSlicePerBlock) {
   }
 }
 
+// OS(c) issued right behind X(c) (GDN_WYTC_OSEARLY=1; kOsEarly in wy_tc_state_wg9.cuh): the
+// same products in the same order per element, so o and hT equal the default order's bit for
+// bit, one slice per block and paired, overlapped and single, bf16 and fp16 o. Negative control
+// (=negctl): the early kernel with one o accumulator per chunk off by 1 must differ (also shows
+// that the early kernel is the one that ran).
+TEST(WyTcState, OsEarlyEqualsDefaultOrder) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  struct EarlyCase {
+    StateCase sc;
+    const char* overlap;
+    const char* pair;
+  };
+  std::vector<EarlyCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+    s.h0 = true;
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1", "0"});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single_paired", s}, "0", "1"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
+    s.out_dtype = gdn::DType::f16;
+    s.state_layout = gdn::StateLayout::vk;
+    s.h0 = true;
+    cs.push_back({{"L300x0x1029x17x64_HK1_HV3_K64_V128_f16out_vk_h0", s}, "0", "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 64);  // 33 chunks: 3 segments
+    s.head_map = gdn::HeadMap::tiled;
+    s.l2norm_in_kernel = true;
+    s.h0 = true;
+    cs.push_back({{"L2100_HK2_HV2_K128_V64_tiled_l2norm_h0_overlapped", s}, "1", "0"});
+  }
+  int seed = 700;
+  for (const EarlyCase& ec : cs) {
+    const StateCase& sc = ec.sc;
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", ec.overlap);
+    testutil::ScopedEnv pr("GDN_WYTC_PAIR", ec.pair);
+    expect_variant_equals("GDN_WYTC_OSEARLY", "1", "OS early", sc.name, c, ref,
+                          "an o accumulator off by 1 changed nothing: the OS-early kernel did "
+                          "not run");
+  }
+}
+
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
 // the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; off by default since r48).
 // The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the oracle;

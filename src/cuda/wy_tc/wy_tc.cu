@@ -472,6 +472,8 @@ struct StateParams {
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   bool pair_negctl;  // v9 with paired slices only, negative control (GDN_WYTC_PAIR=negctl): both
                      // warpgroups read slice 0's U
+  bool os_negctl;  // v9 with OS early only, negative control (GDN_WYTC_OSEARLY=negctl): one o
+                   // accumulator of every chunk off by 1
   Workspace ws;
 };
 
@@ -1583,6 +1585,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
                     (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
                      (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
+  // OS(c) issued right behind X(c) (wy_tc_state_wg9.cuh, kOsEarly; 2-byte o, half scheme with
+  // fp16 U): GDN_WYTC_OSEARLY=1, off by default until measured. Same bits either way.
+  sp.os_negctl = env_is("GDN_WYTC_OSEARLY", "negctl");
+  const bool os_early = sp.os_negctl || env_is("GDN_WYTC_OSEARLY", "1");
   // The state pass of `nseq` sequences from spp.seq0 on `stream`, with parameters `spp` (a
   // segment's, or the whole sequences').
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
@@ -1600,10 +1606,20 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     };
     constexpr int kOB = static_cast<int>(kEs);  // v9's o staging sized for the o dtype
     if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
+      if (pair && os_early)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true>,
+                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, OS early) launch", 2);
       if (pair)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2>,
                   StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
                   "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
+    }
+    if constexpr (kEs == 2) {
+      if (v9 && half && u16 && os_early)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true>,
+                  StateSmemWg<K, V, true, true, true, kOB>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, OS early) launch");
     }
     if (v9 && half && u16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,

@@ -125,7 +125,14 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // the state pass takes half as many SMs. Each warpgroup runs the one-slice pass's instructions
 // on its slice: o and hT equal it bit for bit. p.pair_negctl (GDN_WYTC_PAIR=negctl): both
 // warpgroups read slice 0's U (must differ).
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1>
+// kOsEarly (2-byte o only; GDN_WYTC_OSEARLY=1, an experiment until measured): OS(c) is issued
+// right behind X(c), before the epilogue of chunk c - 1, instead of after it. O^T of c - 1 is
+// already packed into opk there, so ot is free; the tensor pipe then has X and OS (~512 cycles at
+// K = 128) to run while the epilogue's barrier and stores execute, instead of X alone. The same
+// products in the same order per element: o and hT are the default order's bit for bit.
+// p.os_negctl (GDN_WYTC_OSEARLY=negctl): this kernel with one o accumulator per chunk off by 1.
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
+          bool kOsEarly = false>
 __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
@@ -215,7 +222,23 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
   };
   split_and_decay(expf(gc_of(c_begin)));
-  float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
+  float ot[C / 8][4] = {};
+  constexpr bool kEarly = kOsEarly && kPack;
+  auto issue_os = [&](unsigned dA) {  // OS(c) = S^T Q^T into ot, one commit group
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+      const std::uint64_t qh = wg9_desc(dA + kLC + (Sm::oQh >> 4) + ks * C * 2);
+      if constexpr (kHalf) {
+        if (ks == 0) wg::wgmma_n64<0, true>(ot, ah[ks], qh);
+        else wg::wgmma_n64<1, true>(ot, ah[ks], qh);
+      } else {
+        if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+        else wg::wgmma_n64<1>(ot, al[ks], qh);
+        wg::wgmma_n64<1>(ot, ah[ks], qh);
+      }
+    }
+    wg::commit();
+  };  // O^T of the previous chunk until its epilogue, then of this one
   int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
   for (int cg = c_begin; cg < c_end; ++cg) {
     const float gc_next = gc_of(cg + 1);
@@ -257,6 +280,7 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
       }
     }
     wg::commit();
+    if constexpr (kEarly) issue_os(dA);  // in the same fence region as X(c)
     {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
@@ -265,20 +289,10 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
       store_o(prev_tok0, prev_len);
     }
     prev_tok0 = tok0, prev_len = len;
-    wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {  // OS(c)
-      const std::uint64_t qh = wg9_desc(dA + kLC + (Sm::oQh >> 4) + ks * C * 2);
-      if constexpr (kHalf) {
-        if (ks == 0) wg::wgmma_n64<0, true>(ot, ah[ks], qh);
-        else wg::wgmma_n64<1, true>(ot, ah[ks], qh);
-      } else {
-        if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
-        else wg::wgmma_n64<1>(ot, al[ks], qh);
-        wg::wgmma_n64<1>(ot, ah[ks], qh);
-      }
+    if constexpr (!kEarly) {
+      wg::fence();
+      issue_os(dA);
     }
-    wg::commit();
     wg::wait<1>();  // X(c) done (OS(c) may run)
     wg::keep(xw);
     using UPiece = std::conditional_t<kU16, uint2, float4>;  // a lane's four U values
@@ -314,6 +328,9 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
     wg::wait<1>();  // OS(c) done (ST(c) may run)
+    if constexpr (kEarly) {
+      if (p.os_negctl) ot[0][0] += 1.f;  // negative control: this kernel ran
+    }
     wg::keep(ot);
     {  // O^T columns (tokens) scaled by eq before the P fold adds in
       const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
