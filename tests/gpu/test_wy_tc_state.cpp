@@ -381,6 +381,53 @@ TEST(WyTcState, OsEarlyEqualsDefaultOrder) {
   }
 }
 
+// The head's two V-slice blocks as a 2-CTA cluster with multicast tile copies (GDN_WYTC_MC=1;
+// kMC in wy_tc_state_wg9.cuh): the one-slice pass's arithmetic on the same tiles, so o and hT
+// equal the default (one slice per block, each block copying every tile) bit for bit; overlapped
+// segments, single pass, varlen with empty and short sequences, K = 64 and 128, bf16 and f16 o,
+// tiled + l2norm. Paired slices are off (they take precedence). Negative control (=negctl): the
+// multicast kernel with one o accumulator per chunk off by 1 must differ.
+TEST(WyTcState, MulticastPairEqualsOneSlicePerBlock) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  struct McCase {
+    StateCase sc;
+    const char* overlap;
+  };
+  std::vector<McCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+    s.h0 = true;
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1"});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
+    s.out_dtype = gdn::DType::f16;
+    s.state_layout = gdn::StateLayout::vk;
+    s.h0 = true;
+    cs.push_back({{"L300x0x1029x17x64_HK1_HV3_K64_V128_f16out_vk_h0", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 128);  // 33 chunks: 3 segments
+    s.head_map = gdn::HeadMap::tiled;
+    s.l2norm_in_kernel = true;
+    s.h0 = true;
+    cs.push_back({{"L2100_HK2_HV2_K128_V128_tiled_l2norm_h0_overlapped", s}, "1"});
+  }
+  int seed = 800;
+  for (const McCase& mc : cs) {
+    const StateCase& sc = mc.sc;
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", mc.overlap);
+    testutil::ScopedEnv pr("GDN_WYTC_PAIR", "0");
+    expect_variant_equals("GDN_WYTC_MC", "1", "multicast pair", sc.name, c, ref,
+                          "an o accumulator off by 1 changed nothing: the multicast kernel did "
+                          "not run");
+  }
+}
+
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
 // the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; off by default since r48).
 // The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the oracle;
