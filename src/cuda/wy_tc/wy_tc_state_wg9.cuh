@@ -137,7 +137,7 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // copies W and eq (tiles A) and P and ed (tiles B), rank 1 Q and K^T, each into both CTAs' buffers;
 // each CTA copies its own U slice. A buffer is refilled only when both CTAs have released it
 // (an "empty" mbarrier per buffer in each CTA, arrived on by both CTAs' thread 0). The bytes from
-// the L2 per block and chunk drop from 64.75 to ~36.5 KiB at K = V = 128; the arithmetic is the
+// the L2 per block and chunk drop from 64.75 to 32.5 (rank 0) or 40 KiB (rank 1) at K = V = 128; the arithmetic is the
 // one-slice pass's, so o and hT equal it bit for bit. p.mc_negctl: one o accumulator per chunk
 // off by 1 inside this kernel only (negative control).
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
   };
   split_and_decay(expf(gc_of(c_begin)));
-  float ot[C / 8][4] = {};
+  float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
   constexpr bool kEarly = kOsEarly && kPack;
   auto issue_os = [&](unsigned dA) {  // OS(c) = S^T Q^T into ot, one commit group
 #pragma unroll
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
       }
     }
     wg::commit();
-  };  // O^T of the previous chunk until its epilogue, then of this one
+  };
   int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
   for (int cg = c_begin; cg < c_end; ++cg) {
     const float gc_next = gc_of(cg + 1);
