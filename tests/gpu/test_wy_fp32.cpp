@@ -155,28 +155,6 @@ TEST(WyFp32, VariantsEqualV3_L129x64_HK2_HV2_K128_V64_bf16_h0_l2norm) {
   expect_variants_equal_v3(s);
 }
 
-// Device buffer freed at scope exit.
-struct DevBuf {
-  void* p = nullptr;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-};
-
-// Copies a host view's storage to the device (contiguous views only) and points `dev` at it.
-bool to_device(const TensorView& host, DevBuf* buf, TensorView* dev) {
-  *dev = host;
-  if (!host.defined()) return true;
-  const std::size_t bytes = host.numel() * dtype_size(host.dtype);
-  if (cudaMalloc(&buf->p, bytes ? bytes : 4) != cudaSuccess) return false;
-  if (cudaMemcpy(buf->p, host.data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
-  dev->data = buf->p;
-  return true;
-}
-
 // hT written in place over h0 must equal hT written to a separate buffer (bitwise), o too.
 void ht_aliases_h0_one() {
   const check::Case c = check::make_case(spec_of({37, 0, 130}, 2, 4, 128, 128), kSeed);
@@ -185,13 +163,11 @@ void ht_aliases_h0_one() {
   std::vector<unsigned char> o_host(o_bytes);
   std::vector<float> hT_host(c.h0.size());
   PrefillArgs h = c.host_args(o_host.data(), hT_host.data());
-  DevBuf q, k, v, g, beta, h0, o1, o2, hT1, cu;
+  testutil::DeviceCopy q, k, v, g, beta, h0, o1, o2, hT1;
   PrefillArgs d = h;
-  ASSERT_TRUE(to_device(h.q, &q, &d.q) && to_device(h.k, &k, &d.k) && to_device(h.v, &v, &d.v) &&
-              to_device(h.g, &g, &d.g) && to_device(h.beta, &beta, &d.beta) &&
-              to_device(h.h0, &h0, &d.h0) && to_device(h.o, &o1, &d.o) &&
-              to_device(h.hT, &hT1, &d.hT));
-  ASSERT_EQ(cudaMalloc(&o2.p, o_bytes), cudaSuccess);
+  ASSERT_TRUE(q.make(&d.q) && k.make(&d.k) && v.make(&d.v) && g.make(&d.g) && beta.make(&d.beta) &&
+              h0.make(&d.h0) && o1.make(&d.o) && hT1.make(&d.hT));
+  ASSERT_EQ(cudaMalloc(&o2.ptr, o_bytes), cudaSuccess);
   d.on_device = true;
   // Run 1: separate hT.
   ASSERT_EQ(cudaMemset(d.o.data, 0xff, o_bytes), cudaSuccess);
@@ -204,12 +180,12 @@ void ht_aliases_h0_one() {
   ASSERT_EQ(cudaMemcpy(hT_sep.data(), d.hT.data, s_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   // Run 2: hT = h0 (in place), into a fresh poisoned o.
   PrefillArgs d2 = d;
-  d2.o.data = o2.p;
+  d2.o.data = o2.ptr;
   d2.hT.data = d2.h0.data;
-  ASSERT_EQ(cudaMemset(o2.p, 0xff, o_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(o2.ptr, 0xff, o_bytes), cudaSuccess);
   st = prefill(c.prob, d2, Arm::wy_fp32);
   ASSERT_TRUE(st.ok()) << st.message();
-  ASSERT_EQ(cudaMemcpy(o_alias.data(), o2.p, o_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(o_alias.data(), o2.ptr, o_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(hT_alias.data(), d2.h0.data, s_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(std::memcmp(o_sep.data(), o_alias.data(), o_bytes), 0)
       << "o with hT aliasing h0 differs from o with separate buffers";
