@@ -288,62 +288,6 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
-// The case set of the v9 variant tests below (paired slices, OS early, multicast pair): one
-// long sequence (65 chunks, K = V = 128, bf16, h0) overlapped and single; varlen with empty and
-// short sequences (K = 64, V = 128, vk state, h0, o in `varlen_out`); tiled heads with l2norm
-// over 3 overlap segments (K = 128, V = `tiled_v`). `single_pair`: GDN_WYTC_PAIR for the single
-// long-sequence case (nullptr: unset), `pair`: for the others.
-struct VariantCase {
-  StateCase sc;
-  const char* overlap;
-  const char* pair;
-};
-std::vector<VariantCase> variant_cases(gdn::DType varlen_out, int tiled_v, const char* pair,
-                                       const char* single_pair) {
-  std::vector<VariantCase> cs;
-  {
-    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
-    s.h0 = true;
-    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1", pair});
-    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single", s}, "0", single_pair});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
-    s.out_dtype = varlen_out;
-    s.state_layout = gdn::StateLayout::vk;
-    s.h0 = true;
-    cs.push_back({{varlen_out == gdn::DType::f16 ? "L300x0x1029x17x64_HK1_HV3_K64_V128_f16out_vk_h0"
-                                                  : "L300x0x1029x17x64_HK1_HV3_K64_V128_vk_h0",
-                   s},
-                  "0", pair});
-  }
-  {
-    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, tiled_v);  // 33 chunks: 3 segments
-    s.head_map = gdn::HeadMap::tiled;
-    s.l2norm_in_kernel = true;
-    s.h0 = true;
-    cs.push_back({{tiled_v == 64 ? "L2100_HK2_HV2_K128_V64_tiled_l2norm_h0_overlapped"
-                                 : "L2100_HK2_HV2_K128_V128_tiled_l2norm_h0_overlapped",
-                   s},
-                  "1", pair});
-  }
-  return cs;
-}
-// Runs expect_variant_equals(var = "1" against "0" and "negctl") on every case, seeds from seed0.
-void expect_variant_cases(const std::vector<VariantCase>& cs, const char* var,
-                          const std::string& what, int seed0, const char* neg_msg) {
-  int seed = seed0;
-  for (const VariantCase& vc : cs) {
-    const StateCase& sc = vc.sc;
-    SCOPED_TRACE(sc.name);
-    const check::Case c = check::make_case(sc.spec, ++seed);
-    const check::Oracle ref = check::ref_serial(c);
-    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", vc.overlap);
-    testutil::ScopedEnv pr("GDN_WYTC_PAIR", vc.pair);
-    expect_variant_equals(var, "1", what, sc.name, c, ref, neg_msg);
-  }
-}
-
 // Paired slices in the v9 state pass (GDN_WYTC_PAIR=1 forces them; by default multi-wave state
 // passes and long overlaps at 27b-like grids; one block of two warpgroups per sequence
 // and value head, V = 128, half scheme with fp16 U, 2-byte o): each warpgroup runs the one-slice
@@ -353,38 +297,41 @@ void expect_variant_cases(const std::vector<VariantCase>& cs, const char* var,
 // that the paired kernel is the one that ran.
 TEST(WyTcState, PairedSlicesEqualOneSlicePerBlock) {
   if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
-  // GDN_WYTC_PAIR is the variable under test (pair: nullptr, left to expect_variant_equals).
-  expect_variant_cases(variant_cases(gdn::DType::bf16, 128, nullptr, nullptr), "GDN_WYTC_PAIR",
-                       "paired slices", 600,
-                       "reading slice 0's U in both warpgroups changed nothing: the paired "
-                       "kernel did not run");
-}
-
-// OS(c) issued right behind X(c) (GDN_WYTC_OSEARLY=1; kOsEarly in wy_tc_state_wg9.cuh): the
-// same products in the same order per element, so o and hT equal the default order's bit for
-// bit, one slice per block and (the single case) paired, overlapped and single, bf16 and f16 o,
-// V = 64 and 128. Negative control (=negctl): the early kernel with one o accumulator per chunk
-// off by 1 must differ (also shows that the early kernel is the one that ran).
-TEST(WyTcState, OsEarlyEqualsDefaultOrder) {
-  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
-  expect_variant_cases(variant_cases(gdn::DType::f16, 64, "0", "1"), "GDN_WYTC_OSEARLY",
-                       "OS early", 700,
-                       "an o accumulator off by 1 changed nothing: the OS-early kernel did not "
-                       "run");
-}
-
-// The head's two V-slice blocks as a 2-CTA cluster with multicast tile copies (GDN_WYTC_MC=1;
-// kMC in wy_tc_state_wg9.cuh): the one-slice pass's arithmetic on the same tiles, so o and hT
-// equal the default (one slice per block, each block copying every tile) bit for bit; overlapped
-// segments, single pass, varlen with empty and short sequences, K = 64 and 128, bf16 and f16 o,
-// tiled + l2norm. Paired slices are off (they take precedence). Negative control (=negctl): the
-// multicast kernel with one o accumulator per chunk off by 1 must differ.
-TEST(WyTcState, MulticastPairEqualsOneSlicePerBlock) {
-  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
-  expect_variant_cases(variant_cases(gdn::DType::f16, 128, "0", "0"), "GDN_WYTC_MC",
-                       "multicast pair", 800,
-                       "an o accumulator off by 1 changed nothing: the multicast kernel did not "
-                       "run");
+  struct PairCase {
+    StateCase sc;
+    const char* overlap;
+  };
+  std::vector<PairCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+    s.h0 = true;
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_overlapped", s}, "1"});
+    cs.push_back({{"L4099_HK2_HV6_K128_V128_bf16_h0_single", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({300, 0, 1029, 17, 64}, 1, 3, 64, 128);
+    s.state_layout = gdn::StateLayout::vk;
+    s.h0 = true;
+    cs.push_back({{"L300x0x1029x17x64_HK1_HV3_K64_V128_vk_h0", s}, "0"});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 128);  // 33 chunks: 3 segments
+    s.head_map = gdn::HeadMap::tiled;
+    s.l2norm_in_kernel = true;
+    s.h0 = true;
+    cs.push_back({{"L2100_HK2_HV2_K128_V128_tiled_l2norm_h0_overlapped", s}, "1"});
+  }
+  int seed = 600;
+  for (const PairCase& pc : cs) {
+    const StateCase& sc = pc.sc;
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", pc.overlap);
+    expect_variant_equals("GDN_WYTC_PAIR", "1", "paired slices", sc.name, c, ref,
+                          "reading slice 0's U in both warpgroups changed nothing: the paired "
+                          "kernel did not run");
+  }
 }
 
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside

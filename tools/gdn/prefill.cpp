@@ -209,6 +209,19 @@ int run_prefill(const PrefillOptions& opt) {
   std::printf("non-GEMM share (conv+gates+recurrence+norm) = %.1f%% (target <= 15%%; passes %.1f-%.1f%%)\n",
               100 * nongemm, 100 * *share_lo, 100 * *share_hi);
   std::printf("layer beyond its GEMMs alone: %.1f%% of the layer\n", 100 * exposed);
+  // Every pass in the order it ran (round i runs kinds i % 3, (i + 1) % 3, (i + 2) % 3), so a
+  // drift with time or a slow first pass shows beside the medians.
+  auto list = [](const std::vector<double>& v) {
+    std::string s;
+    char b[32];
+    for (double x : v) {
+      std::snprintf(b, sizeof b, "%s%.3f", s.empty() ? "" : " ", x);
+      s += b;
+    }
+    return s;
+  };
+  std::printf("passes (ms, in run order): stack %s | GEMMs alone %s\n", list(stack_ms).c_str(),
+              list(gemm_ms).c_str());
 
   if (!opt.json.empty()) {
     char date[16];
@@ -235,6 +248,8 @@ int run_prefill(const PrefillOptions& opt) {
     j["layer_over_gemm"] = ratio;
     j["nongemm_share"] = nongemm;
     j["nongemm_share_passes"] = shares;
+    j["stack_ms_passes"] = stack_ms;
+    j["gemm_ms_passes"] = gemm_ms;
     j["beyond_gemm_share"] = exposed;
     j["stage_ms"] = {{"proj", tm.proj / NL}, {"conv", tm.conv / NL}, {"gates", tm.gates / NL},
                      {"recur", tm.recur / NL}, {"norm", tm.norm / NL}, {"out", tm.out / NL}};

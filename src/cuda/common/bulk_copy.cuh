@@ -58,53 +58,6 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned by
   __trap();  // sm_90+ only: callers dispatch on the device
 #endif
 }
-// Cluster forms (thread-block clusters, sm_90): a bulk copy that lands at the same offset in
-// every CTA of `mask` and completes on the mbarrier at the same offset in each; an arrive on the
-// mbarrier at b's offset in CTA `rank` of the cluster (release at cluster scope); a wait with
-// acquire at cluster scope; a whole-cluster barrier.
-__device__ __forceinline__ void bulk_g2s_multicast(void* dst, const void* src, unsigned bytes,
-                                                   std::uint64_t* b, std::uint16_t mask) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(b)), "h"(mask)
-      : "memory");
-#else
-  __trap();  // sm_90+ only: callers dispatch on the device
-#endif
-}
-__device__ __forceinline__ void mbar_arrive_cluster(std::uint64_t* b, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(smem_u32(b)),
-      "r"(rank)
-      : "memory");
-#else
-  __trap();  // sm_90+ only: callers dispatch on the device
-#endif
-}
-__device__ __forceinline__ void mbar_wait_cluster(std::uint64_t* b, unsigned parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred p;\n WAIT_%=:\n"
-      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra WAIT_%=;\n}" ::"r"(smem_u32(b)),
-      "r"(parity)
-      : "memory");
-#else
-  __trap();  // sm_90+ only: callers dispatch on the device
-#endif
-}
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::
-                   : "memory");
-#else
-  __trap();  // sm_90+ only: callers dispatch on the device
-#endif
-}
 __device__ __forceinline__ void mbar_init_fence() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");

@@ -472,10 +472,6 @@ struct StateParams {
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   bool pair_negctl;  // v9 with paired slices only, negative control (GDN_WYTC_PAIR=negctl): both
                      // warpgroups read slice 0's U
-  bool os_negctl;  // v9 with OS early only, negative control (GDN_WYTC_OSEARLY=negctl): one o
-                   // accumulator of every chunk off by 1
-  bool mc_negctl;  // v9 with multicast tiles only, negative control (GDN_WYTC_MC=negctl): one o
-                   // accumulator of every chunk off by 1
   Workspace ws;
 };
 
@@ -1587,15 +1583,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
                     (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
                      (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
-  // OS(c) issued right behind X(c) (wy_tc_state_wg9.cuh, kOsEarly; 2-byte o, half scheme with
-  // fp16 U): GDN_WYTC_OSEARLY=1, off by default until measured. Same bits either way.
-  sp.os_negctl = env_is("GDN_WYTC_OSEARLY", "negctl");
-  const bool os_early = sp.os_negctl || env_is("GDN_WYTC_OSEARLY", "1");
-  // The head's two V-slice blocks as a cluster of 2 with multicast tile copies
-  // (wy_tc_state_wg9.cuh, kMC; one slice per block, half scheme with fp16 U, V = 128, 2-byte o):
-  // GDN_WYTC_MC=1, off by default until measured; =negctl with its negative control.
-  sp.mc_negctl = env_is("GDN_WYTC_MC", "negctl");
-  const bool mc = sp.mc_negctl || env_is("GDN_WYTC_MC", "1");
   // The state pass of `nseq` sequences from spp.seq0 on `stream`, with parameters `spp` (a
   // segment's, or the whole sequences').
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
@@ -1605,47 +1592,18 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     constexpr std::int64_t kEs = sizeof(TOut);
     spp.o_vec = reinterpret_cast<std::uintptr_t>(a.o.data) % 16 == 0 &&
                 (a.o.stride[0] * kEs) % 16 == 0 && (a.o.stride[1] * kEs) % 16 == 0;
-    auto go = [&](auto kern, std::size_t smem, const char* name, int ns = 1,
-                  unsigned cluster = 1) -> Status {
+    auto go = [&](auto kern, std::size_t smem, const char* name, int ns = 1) -> Status {
       GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-      if (cluster == 1) {
-        kern<<<static_cast<unsigned>(blocks / ns), SCfg::kThreads * ns, smem, stream>>>(spp);
-        return cuda::from_cuda(cudaGetLastError(), name);
-      }
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(blocks / ns));
-      cfg.blockDim = dim3(SCfg::kThreads * ns);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr, cfg.numAttrs = 1;
-      return cuda::from_cuda(cudaLaunchKernelEx(&cfg, kern, spp), name);
+      kern<<<static_cast<unsigned>(blocks / ns), SCfg::kThreads * ns, smem, stream>>>(spp);
+      return cuda::from_cuda(cudaGetLastError(), name);
     };
     constexpr int kOB = static_cast<int>(kEs);  // v9's o staging sized for the o dtype
     if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
-      if (pair && os_early)
-        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true>,
-                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, OS early) launch", 2);
       if (pair)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2>,
                   StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
                   "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
-    }
-    if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
-      if (v9 && half && u16 && mc && !pair)
-        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, false, true>,
-                  StateSmemWg<K, V, true, true, true, kOB>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, multicast pair) launch", 1, 2u);
-    }
-    if constexpr (kEs == 2) {
-      if (v9 && half && u16 && os_early)
-        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true>,
-                  StateSmemWg<K, V, true, true, true, kOB>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, OS early) launch");
     }
     if (v9 && half && u16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,

@@ -125,23 +125,7 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // the state pass takes half as many SMs. Each warpgroup runs the one-slice pass's instructions
 // on its slice: o and hT equal it bit for bit. p.pair_negctl (GDN_WYTC_PAIR=negctl): both
 // warpgroups read slice 0's U (must differ).
-// kOsEarly (2-byte o only; GDN_WYTC_OSEARLY=1, an experiment until measured): OS(c) is issued
-// right behind X(c), before the epilogue of chunk c - 1, instead of after it. O^T of c - 1 is
-// already packed into opk there, so ot is free; the tensor pipe then has X and OS (~512 cycles at
-// K = 128) to run while the epilogue's barrier and stores execute, instead of X alone. The same
-// products in the same order per element: o and hT are the default order's bit for bit.
-// p.os_negctl (GDN_WYTC_OSEARLY=negctl): this kernel with one o accumulator per chunk off by 1.
-// kMC (one slice per block, half format with fp16 U, V = 2 x 64; GDN_WYTC_MC=1, an experiment
-// until measured): the two V-slice blocks of a (sequence, head) run as a cluster of 2 CTAs and
-// the head's shared tiles travel once from the L2 for both, by multicast bulk copies: rank 0
-// copies W and eq (tiles A) and P and ed (tiles B), rank 1 Q and K^T, each into both CTAs' buffers;
-// each CTA copies its own U slice. A buffer is refilled only when both CTAs have released it
-// (an "empty" mbarrier per buffer in each CTA, arrived on by both CTAs' thread 0). The bytes from
-// the L2 per block and chunk drop from 64.75 to 32.5 (rank 0) or 40 KiB (rank 1) at K = V = 128; the arithmetic is the
-// one-slice pass's, so o and hT equal it bit for bit. p.mc_negctl: one o accumulator per chunk
-// off by 1 inside this kernel only (negative control).
-template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
-          bool kOsEarly = false, bool kMC = false>
+template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1>
 __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
@@ -150,20 +134,13 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut)), kNS>;
   constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
-  static_assert(!kMC || (kNS == 1 && kHalf && kU16 && V == 2 * VS), "multicast: two one-slice CTAs");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
   static_assert(Sm::bytes + 1024 <= (1u << 18), "descriptor start fields add without carry");
   extern __shared__ __align__(128) unsigned char smem_wg[];
   __shared__ __align__(8) std::uint64_t bar[2 * NBUF];  // [A buffers..., B buffers...]
-  // kMC: buffer i released by both CTAs of the cluster ([A buffers..., B buffers...]); initialised
-  // before wg_begin's mbarrier fence, by the same thread.
-  __shared__ __align__(8) std::uint64_t empty[kMC ? 2 * NBUF : 1];
-  if (kMC && threadIdx.x == 0)
-    for (int i = 0; i < 2 * NBUF; ++i) cuda::mbar_init(&empty[i], 2);
   const unsigned sb = cuda::smem_u32(smem_wg);
   float st[K / 8][4];
   const WgBlock wb = wg_begin<K, V, 2 * NBUF, kNS>(p, bar, st);
-  if constexpr (kMC) cuda::cluster_sync();  // the peer's mbarriers exist before any copy or arrive
   const int slice = wb.slice, h = wb.h, n = wb.n, lane = wb.lane, tig = wb.tig, warp = wb.warp;
   const int v0 = wb.v0;
   const std::int64_t nh = wb.nh;
@@ -177,55 +154,10 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
-  // kMC copies (thread 0): this CTA's U slice to itself; its half of the head's shared tiles to
-  // both CTAs (rank = slice: the cluster is the head's two slice blocks, consecutive blockIdx.x).
-  auto issue_a_mc = [&](int cg) {
-    const int b = (cg - c_begin) % NBUF;
-    unsigned char* d = smem_wg + b * Sm::kStrideA;
-    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
-    cuda::bulk_g2s(d + Sm::oU, reinterpret_cast<const __half*>(p.ws.u) + base * C * V + slice * C * VS,
-                   Sm::kU, &bar[b]);
-    if (slice == 0) {
-      cuda::bulk_g2s_multicast(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b], 3);
-      cuda::bulk_g2s_multicast(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b], 3);
-    } else {
-      cuda::bulk_g2s_multicast(d + Sm::oQh, p.ws.qh + wg_qk_tile(p, cg, h) * C * K / 2, Sm::kCK,
-                               &bar[b], 3);
-    }
-  };
-  auto issue_b_mc = [&](int cg) {
-    const int b = (cg - c_begin) % NBUF;
-    unsigned char* d = smem_wg + Sm::oB + b * Sm::kStrideB;
-    std::uint64_t* bb = &bar[NBUF + b];
-    const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-    cuda::mbar_arrive_tx(bb, Sm::kBytesB);
-    if (slice == 0) {
-      cuda::bulk_g2s_multicast(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb, 3);
-      cuda::bulk_g2s_multicast(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb, 3);
-    } else {
-      cuda::bulk_g2s_multicast(d + Sm::oKh, p.ws.kh + wg_qk_tile(p, cg, h) * K * C / 2, Sm::kCK, bb,
-                               3);
-    }
-  };
-  // kMC refill of buffer i (0 .. NBUF - 1: tiles A, NBUF ..: tiles B) for chunk cg, its k-th
-  // refill: release it in both CTAs, wait until both have, copy.
-  auto refill_mc = [&](int i, int k, int cg) {
-    cuda::mbar_arrive_cluster(&empty[i], 0u);
-    cuda::mbar_arrive_cluster(&empty[i], 1u);
-    cuda::mbar_wait_cluster(&empty[i], static_cast<unsigned>(k & 1));
-    if (i < NBUF) issue_a_mc(cg);
-    else issue_b_mc(cg);
-  };
   if (threadIdx.x == 0)
     for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
-      if constexpr (kMC) {
-        issue_a_mc(cg);
-        issue_b_mc(cg);
-      } else {
-        wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a);
-        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
-      }
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a);
+      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
     }
   // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
   // d0 + off / 16 + (lbo / 16 << 16), d0 = the start-address field of smem_wg (no field
@@ -284,22 +216,6 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   };
   split_and_decay(expf(gc_of(c_begin)));
   float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
-  constexpr bool kEarly = kOsEarly && kPack;
-  auto issue_os = [&](unsigned dA) {  // OS(c) = S^T Q^T into ot, one commit group
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-      const std::uint64_t qh = wg9_desc(dA + kLC + (Sm::oQh >> 4) + ks * C * 2);
-      if constexpr (kHalf) {
-        if (ks == 0) wg::wgmma_n64<0, true>(ot, ah[ks], qh);
-        else wg::wgmma_n64<1, true>(ot, ah[ks], qh);
-      } else {
-        if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
-        else wg::wgmma_n64<1>(ot, al[ks], qh);
-        wg::wgmma_n64<1>(ot, ah[ks], qh);
-      }
-    }
-    wg::commit();
-  };
   int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
   for (int cg = c_begin; cg < c_end; ++cg) {
     const float gc_next = gc_of(cg + 1);
@@ -341,21 +257,28 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
       }
     }
     wg::commit();
-    if constexpr (kEarly) issue_os(dA);  // in the same fence region as X(c)
     {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
-      if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0) {
-        if constexpr (kMC) refill_mc(NBUF + ((it - 1) & 1), (it - 1) >> 1, cg - 1 + NBUF);
-        else wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
-      }
+      if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
+        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
       store_o(prev_tok0, prev_len);
     }
     prev_tok0 = tok0, prev_len = len;
-    if constexpr (!kEarly) {
-      wg::fence();
-      issue_os(dA);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {  // OS(c)
+      const std::uint64_t qh = wg9_desc(dA + kLC + (Sm::oQh >> 4) + ks * C * 2);
+      if constexpr (kHalf) {
+        if (ks == 0) wg::wgmma_n64<0, true>(ot, ah[ks], qh);
+        else wg::wgmma_n64<1, true>(ot, ah[ks], qh);
+      } else {
+        if (ks == 0) wg::wgmma_n64<0>(ot, al[ks], qh);
+        else wg::wgmma_n64<1>(ot, al[ks], qh);
+        wg::wgmma_n64<1>(ot, ah[ks], qh);
+      }
     }
+    wg::commit();
     wg::wait<1>();  // X(c) done (OS(c) may run)
     wg::keep(xw);
     using UPiece = std::conditional_t<kU16, uint2, float4>;  // a lane's four U values
@@ -391,12 +314,6 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     wg::keep_u(vh);
     if constexpr (!kHalf) wg::keep_u(vl);
     wg::wait<1>();  // OS(c) done (ST(c) may run)
-    if constexpr (kEarly) {
-      if (p.os_negctl) ot[0][0] += 1.f;  // negative control: this kernel ran
-    }
-    if constexpr (kMC) {
-      if (p.mc_negctl) ot[0][0] += 1.f;  // negative control: this kernel ran
-    }
     wg::keep(ot);
     {  // O^T columns (tokens) scaled by eq before the P fold adds in
       const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
@@ -404,10 +321,8 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     }
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
     __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
-    if (cg + NBUF < c_end && threadIdx.x == 0) {
-      if constexpr (kMC) refill_mc(b, it >> 1, cg + NBUF);
-      else wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice_a);
-    }
+    if (cg + NBUF < c_end && threadIdx.x == 0)
+      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice_a);
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)
@@ -442,7 +357,6 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     store_o(prev_tok0, prev_len);
   }
   store_state<K, V>(st, p, nh, v0);
-  if constexpr (kMC) cuda::cluster_sync();  // no CTA leaves while its peer may still arrive on it
 #else
   (void)p;
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
