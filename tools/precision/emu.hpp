@@ -197,6 +197,12 @@ struct Scheme {
   // With in-kernel l2norm: store the normalised q, k as bf16 and use them as the tiles (what
   // fla / FlashQLA's l2norm kernels do) instead of exact tiles with fp32 1/|q|, 1/|k| scalings.
   bool qkn_bf16 = false;
+  // Where the per-token scalings of the state pass's products are applied (session 21 study; the
+  // wy-tc arm applies both on the fp32 side): eq_in_q forms O's inter-chunk part as
+  // (diag(eq) Q) S, the scaled q tile rounded once to os_Q, instead of (Q S) diag(eq); ed_in_k
+  // forms the state update as (K^T diag(ed rk)) Vn, the scaled k tile rounded once to st_K, with
+  // Vn itself in st_Vn, instead of K^T (diag(ed rk) Vn).
+  bool eq_in_q = false, ed_in_k = false;
   // Tensor-core units of 64^3 MACs per chunk on the state chain (docs/NOTES_wy_tc.md, "How far
   // can the two targets move?"): X 2 per product, OS 2, ST 2, OP 1. -1 for an fp32 scheme.
   int state_units() const {
@@ -271,7 +277,8 @@ inline const Scheme* find_scheme(const std::vector<Scheme>& v, const std::string
 // A scheme from a spec "NAME=BASE:fold=fmt+fold=fmt..." (BASE one of `known`), e.g.
 // "Bw=B:wu_T=fp16x2+x_W=fp16x2". Folds: kk_in wu_T wu_in x_W x_S os_Q os_S op_P op_Vn st_K
 // st_Vn u_st, o=f32 (no bf16 rounding of o), qkn=bf16 (normalised q, k stored as bf16 tiles),
-// solve=f32|tf32x3|tf32 (the solve's products).
+// solve=f32|tf32x3|tf32 (the solve's products), eq=o|q and ed=vn|k (the side that takes the
+// eq / ed scaling: Scheme::eq_in_q, ed_in_k).
 // Returns false on a malformed spec.
 inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& known, Scheme* out) {
   const auto eq = spec.find('='), colon = spec.find(':');
@@ -294,6 +301,12 @@ inline bool parse_scheme(const std::string& spec, const std::vector<Scheme>& kno
       else if (val == "tf32x3") s.solve = Scheme::Solve::tf32x3;
       else if (val == "tf32") s.solve = Scheme::Solve::tf32;
       else return false;
+      continue;
+    }
+    if (key == "eq" || key == "ed") {  // eq=q / eq=o, ed=k / ed=vn: the side that takes the scaling
+      const bool on = key == "eq" ? val == "q" : val == "k";
+      if (!on && val != (key == "eq" ? "o" : "vn")) return false;
+      (key == "eq" ? s.eq_in_q : s.ed_in_k) = on;
       continue;
     }
     Fmt f;
@@ -376,7 +389,7 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
   std::vector<float> W(C * K), U(C * V), X(C * V), O(C * V), OS(C * V), Vd(C * V), KT(K * C);
   std::vector<float> QK(C * C), KK(C * C);
   Operand oq, ok, okT, oqk, okk, ov, oTw, oTu, oW, oS, oVn, oP, oVd, okw, oqos, okst;
-  std::vector<float> kT_raw(K * C);
+  std::vector<float> kT_raw(K * C), ked(K * C), qeq(C * K);
 
   for (std::int64_t t0 = 0; t0 < T; t0 += C) {
     const int L = static_cast<int>(std::min<std::int64_t>(C, T - t0));
@@ -470,7 +483,15 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
       make_operand(sc.os_S, S.data(), K, V, &oSos);
       pS = &oSos;
     }
-    make_operand(sc.os_Q, q, L, K, &oqos);
+    if (sc.eq_in_q) {  // the q tile scaled by eq, rounded once to os_Q
+      for (int i = 0; i < L; ++i) {
+        const float eq = scale * std::exp(G[i]) * rq[i];
+        for (int c = 0; c < K; ++c) qeq[i * K + c] = q[i * K + c] * eq;
+      }
+      make_operand(sc.os_Q, qeq.data(), L, K, &oqos);
+    } else {
+      make_operand(sc.os_Q, q, L, K, &oqos);
+    }
     std::fill(OS.begin(), OS.begin() + L * V, 0.f);
     mm(oqos, *pS, OS.data());
     make_operand(sc.op_P, Pm.data(), L, L, &oP, &st[kOpP]);
@@ -478,7 +499,7 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
     std::fill(O.begin(), O.begin() + L * V, 0.f);
     mm(oP, oVn, O.data());
     for (int i = 0; i < L; ++i) {
-      const float eq = scale * std::exp(G[i]) * rq[i];
+      const float eq = sc.eq_in_q ? 1.f : scale * std::exp(G[i]) * rq[i];
       for (int d = 0; d < V; ++d) {
         const float x = OS[i * V + d] * eq + O[i * V + d];
         res->o[(t0 + i) * V + d] = sc.o_bf16 ? round_bf16(x) : x;
@@ -488,10 +509,12 @@ inline void emulate(const HeadInputs& in, const Scheme& sc, HeadResult* res, int
     const float eL = std::exp(G[L - 1]);
     for (int i = 0; i < L; ++i) {
       const float ed = std::exp(G[L - 1] - G[i]) * rk[i];
-      for (int d = 0; d < V; ++d) Vd[i * V + d] = X[i * V + d] * ed;
+      if (sc.ed_in_k)  // the k tile (K^T's column i) scaled by ed rk, rounded once to st_K
+        for (int c = 0; c < K; ++c) ked[c * L + i] = kT_raw[c * L + i] * ed;
+      for (int d = 0; d < V; ++d) Vd[i * V + d] = sc.ed_in_k ? X[i * V + d] : X[i * V + d] * ed;
     }
     make_operand(sc.st_Vn, Vd.data(), L, V, &oVd, &st[kOpVd]);
-    make_operand(sc.st_K, kT_raw.data(), K, L, &okst);
+    make_operand(sc.st_K, sc.ed_in_k ? ked.data() : kT_raw.data(), K, L, &okst);
     for (auto& x : S) x *= eL;
     mm(okst, oVd, S.data());
   }
