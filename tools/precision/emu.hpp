@@ -201,7 +201,8 @@ struct Scheme {
   // wy-tc arm applies both on the fp32 side): eq_in_q forms O's inter-chunk part as
   // (diag(eq) Q) S, the scaled q tile rounded once to os_Q, instead of (Q S) diag(eq); ed_in_k
   // forms the state update as (K^T diag(ed rk)) Vn, the scaled k tile rounded once to st_K, with
-  // Vn itself in st_Vn, instead of K^T (diag(ed rk) Vn).
+  // Vn itself in st_Vn, instead of K^T (diag(ed rk) Vn) (the "ed*Vn" operand statistics then
+  // describe Vn).
   bool eq_in_q = false, ed_in_k = false;
   // Tensor-core units of 64^3 MACs per chunk on the state chain (docs/NOTES_wy_tc.md, "How far
   // can the two targets move?"): X 2 per product, OS 2, ST 2, OP 1. -1 for an fp32 scheme.
