@@ -77,6 +77,20 @@ const FoldPrecision kTable[] = {
     //   u_x   sqrt3 2^-11   W rounded once to fp16, S^T fp16 single, U rounded once to fp16
     {Arm::wy_tc, "half-u16", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
      "half, and U stored in fp16 (joins X's roundings)"},
+    // wy-tc, half-u16 with the state pass's per-token scalings folded into its tiles (derived
+    // before any kernel exists: docs/NOTES_wy_tc.md, session 21; no library path selects it yet).
+    // The chunk pass would store q~ = diag(eq) q and k~ = diag(ed rk) k, each rounded once to
+    // fp16; the state pass multiplies them unscaled:
+    //   u_st  sqrt2 2^-11   k~ rounded once to fp16, Vn fp16 single (no split any more)
+    //   u_os  sqrt2 2^-11   q~ rounded once to fp16, S^T fp16 single
+    // Range: the factors are e^G, e^(G_C - G) <= 1 times scale and 1/|q|, 1/|k| (or 1 without
+    // the in-kernel norm), so |q~|, |k~| stay within the half domain's limits on q, k, far below
+    // 65504; an element below fp16's normal range (2^-14) carries an absolute 2^-25, negligible
+    // as for q in the half row. Every other entry as half-u16.
+    {Arm::wy_tc, "half-u16-folded", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSqrt2 * kF16,
+     kSqrt2 * kF16, kSqrt2 * kF16, kF32,
+     "half-u16 with eq folded into an fp16 q tile (OS) and ed into an fp16 k tile (ST, Vn "
+     "unsplit); not used by any kernel yet"},
 };
 
 double unit_roundoff(DType d) {
@@ -108,7 +122,10 @@ bool within_abs(const std::vector<float>& x, float limit) {
 }  // namespace
 
 const char* scheme_name(WyTcScheme s) {
-  return s == WyTcScheme::half ? "half" : s == WyTcScheme::half_u16 ? "half-u16" : "split";
+  return s == WyTcScheme::half              ? "half"
+         : s == WyTcScheme::half_u16        ? "half-u16"
+         : s == WyTcScheme::half_u16_folded ? "half-u16-folded"
+                                            : "split";
 }
 
 bool wy_tc_half_scheme(const Case& c) {

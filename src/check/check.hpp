@@ -81,8 +81,10 @@ Bound derive_bound(Arm arm, const Case& c);
 // fp32-valued mma operand bf16 hi + lo) and half (fp16 W, S, P, Vn in X, OS, OP; split T side and
 // ST). The library picks half where it runs (sm_90a, v9/v10 state pass) by the rule of
 // wy_tc_half_scheme; elsewhere it runs split, whose bound the half bound dominates.
-enum class WyTcScheme { split, half, half_u16 };
-const char* scheme_name(WyTcScheme s);  // "split", "half", "half-u16"
+// half_u16_folded: a bound row derived ahead of a kernel (session 21 plan, docs/bounds.md): the
+// library never selects it; the precision emulator's scheme with eq / ed folded into the tiles.
+enum class WyTcScheme { split, half, half_u16, half_u16_folded };
+const char* scheme_name(WyTcScheme s);  // "split", "half", "half-u16", "half-u16-folded"
 // The library's selection rule on the host: false if env GDN_WYTC_PRECISION is "split" or the io
 // dtype is not bf16; else true if it is "half" or every stored |q|, |k| <= gdn::kWyTcHalfMaxQK and
 // |v|, |h0| <= gdn::kWyTcHalfMaxV (raw values, before any in-kernel l2norm; NaN is outside).

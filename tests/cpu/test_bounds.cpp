@@ -275,5 +275,30 @@ TEST(Bounds, HalfU16RowAddsTheURounding) {
   }
 }
 
+// The half-u16-folded row (derived ahead of a kernel, docs/bounds.md): half-u16 with ST and OS
+// each charged two fp16 roundings (the scaled k / q tile and the unsplit Vn / S^T); every other
+// entry is half-u16's. No library path selects it: derive_bound's formula never names it.
+TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
+  ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
+                      &f = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_folded);
+  EXPECT_STREQ(f.scheme, "half-u16-folded");
+  EXPECT_NEAR(f.u_st * f.u_st, 2 * 0x1.0p-22, 1e-3 * 0x1.0p-22);
+  EXPECT_NEAR(f.u_os * f.u_os, 2 * 0x1.0p-22, 1e-3 * 0x1.0p-22);
+  EXPECT_GT(f.u_st, hu.u_st);
+  EXPECT_GT(f.u_os, hu.u_os);
+  EXPECT_EQ(f.u_x, hu.u_x);
+  EXPECT_EQ(f.u_wu, hu.u_wu);
+  EXPECT_EQ(f.u_op, hu.u_op);
+  EXPECT_EQ(f.u_kk, hu.u_kk);
+  EXPECT_EQ(f.u_solve, hu.u_solve);
+  int i = 0;
+  for (const CaseSpec& sp : fixture_set()) {
+    const Case c = make_case(sp, kSeed + i++);
+    const Bound b = derive_bound(Arm::wy_tc, c);
+    EXPECT_EQ(b.formula.find("folded"), std::string::npos) << sp.name() << ": " << b.formula;
+  }
+}
+
 }  // namespace
 }  // namespace gdn::check

@@ -226,6 +226,11 @@ TEST(PrecisionEmu, ScalingsFoldedIntoTiles) {
   ASSERT_TRUE(pe::parse_scheme("HUq=H:u_st=fp16+eq=q", all, &huq));
   ASSERT_TRUE(pe::parse_scheme("HUkf=H:u_st=fp16+ed=k+st_K=fp16+st_Vn=fp16", all, &hukf));
   ASSERT_TRUE(pe::parse_scheme("HUkb=H:u_st=fp16+ed=k+st_K=bf16+st_Vn=fp16", all, &hukb));
+  pe::Scheme huqkf;
+  ASSERT_TRUE(pe::parse_scheme("HUqkf=H:u_st=fp16+eq=q+ed=k+st_K=fp16+st_Vn=fp16", all, &huqkf));
+  const auto& folded = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half_u16_folded);
+  const auto& hu_row = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half_u16);
+  ASSERT_STREQ(folded.scheme, "half-u16-folded");
   EXPECT_FALSE(pe::parse_scheme("X=H:eq=k", all, &bad));
   EXPECT_FALSE(pe::parse_scheme("X=H:ed=q", all, &bad));
   for (const char* regime : {"bench27b", "g0b1"}) {
@@ -254,6 +259,17 @@ TEST(PrecisionEmu, ScalingsFoldedIntoTiles) {
     EXPECT_LE(q.o, 2.5e-3);
     EXPECT_LE(kf.state, 1e-3);
     EXPECT_LE(kf.o, 2.5e-3);
+    // Both folds together against the bound row derived for them (docs/bounds.md), which must
+    // be looser than half-u16's (the extra roundings reached the bound).
+    const check::BoundInputs bi = check::bound_inputs(c, 64);
+    const check::Bound bf = check::derive_bound(folded, bi), bu = check::derive_bound(hu_row, bi);
+    const Err both = run(c, ref, huqkf);
+    std::printf("%-8s both folded o / state %.3e / %.3e, bound %.3e / %.3e (half-u16 %.3e / "
+                "%.3e)\n", regime, both.o, both.state, bf.o, bf.state, bu.o, bu.state);
+    EXPECT_LE(both.o, bf.o);
+    EXPECT_LE(both.state, bf.state);
+    EXPECT_GT(bf.state, bu.state);
+    EXPECT_GT(bf.o, bu.o);
     if (std::string(regime) == "bench27b") {
       const Err kb = run(c, ref, hukb);
       std::printf("%-8s ed=k bf16 (negative control) state %.3e\n", regime, kb.state);
