@@ -49,6 +49,13 @@ Err run(const check::Case& c, const check::Oracle& ref, const pe::Scheme& sc) {
   return {check::compare(ref.o, o).rel_rms, check::compare(ref.hT, s).rel_rms};
 }
 
+// Elements of a and b (same size) that are not bit-for-bit equal.
+std::size_t differ(const std::vector<float>& a, const std::vector<float>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i]);
+  return n;
+}
+
 const pe::Scheme& scheme(const char* name) {
   static const auto all = pe::study_schemes();
   const pe::Scheme* s = pe::find_scheme(all, name);
@@ -242,11 +249,6 @@ TEST(PrecisionEmu, ScalingsFoldedIntoTiles) {
     pe::emulate(head(c), hun, &r_hun);
     pe::emulate(head(c), huq, &r_huq);
     pe::emulate(head(c), hukf, &r_hukf);
-    auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
-      std::size_t n = 0;
-      for (std::size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i]);
-      return n;
-    };
     EXPECT_EQ(differ(r_hun.o, r_hu.o), 0u);
     EXPECT_EQ(differ(r_hun.hT, r_hu.hT), 0u);
     EXPECT_GT(differ(r_huq.o, r_hu.o), 0u) << "eq=q changed no bit of o";
@@ -313,9 +315,7 @@ TEST(PrecisionEmu, TensorCoreSolveKeepsTheErrors) {
     pe::HeadResult r0, r1;
     pe::emulate(head(c), scheme("A"), &r0);
     pe::emulate(head(c), at, &r1);
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < r0.hT.size(); ++i) differ += !(r0.hT[i] == r1.hT[i]);
-    EXPECT_GT(differ, r0.hT.size() / 10) << "the 3xTF32 solve changed no bits";
+    EXPECT_GT(differ(r0.hT, r1.hT), r0.hT.size() / 10) << "the 3xTF32 solve changed no bits";
     EXPECT_GT(en.state, 3 * a.state) << "negative control: a single tf32 solve went unseen";
   }
   // The split itself: |x - big| <= 2^-11 |x| (round to nearest), small exact, and a product's
