@@ -78,9 +78,9 @@ const FoldPrecision kTable[] = {
     {Arm::wy_tc, "half-u16", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
      "half, and U stored in fp16 (joins X's roundings)"},
     // wy-tc, half-u16 with the state pass's per-token scalings folded into its tiles (derived
-    // before any kernel exists: docs/NOTES_wy_tc.md, session 21; no library path selects it yet).
-    // The chunk pass would store q~ = diag(eq) q and k~ = diag(ed rk) k, each rounded once to
-    // fp16; the state pass multiplies them unscaled:
+    // before the kernel existed: docs/NOTES_wy_tc.md, session 21; selected by wy_tc_folded, the
+    // opt-in GDN_WYTC_FOLD=1 of session 22). The chunk pass stores q~ = diag(eq) q and
+    // k~ = diag(ed rk) k, each rounded once to fp16; the state pass multiplies them unscaled:
     //   u_st  sqrt2 2^-11   k~ rounded once to fp16, Vn fp16 single (no split any more)
     //   u_os  sqrt2 2^-11   q~ rounded once to fp16, S^T fp16 single
     // Range: the factors are e^G, e^(G_C - G) <= 1 times scale and 1/|q|, 1/|k| (or 1 without
@@ -90,7 +90,7 @@ const FoldPrecision kTable[] = {
     {Arm::wy_tc, "half-u16-folded", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSqrt2 * kF16,
      kSqrt2 * kF16, kSqrt2 * kF16, kF32,
      "half-u16 with eq folded into an fp16 q tile (OS) and ed into an fp16 k tile (ST, Vn "
-     "unsplit); not used by any kernel yet"},
+     "unsplit; GDN_WYTC_FOLD=1)"},
 };
 
 double unit_roundoff(DType d) {
@@ -144,6 +144,11 @@ bool wy_tc_half_scheme(const Case& c) {
 bool wy_tc_u16(const Case& c) {
   const char* e = std::getenv("GDN_WYTC_U16");
   return !(e && std::strcmp(e, "0") == 0) && wy_tc_half_scheme(c);
+}
+
+bool wy_tc_folded(const Case& c) {
+  const char* e = std::getenv("GDN_WYTC_FOLD");
+  return e && std::strcmp(e, "1") == 0 && wy_tc_u16(c);
 }
 
 const FoldPrecision& fold_precision(Arm arm, WyTcScheme scheme) {
@@ -238,6 +243,7 @@ Bound derive_bound(const FoldPrecision& f, const BoundInputs& in) {
 
 Bound derive_bound(Arm arm, const Case& c) {
   const WyTcScheme scheme = arm != Arm::wy_tc     ? WyTcScheme::split
+                            : wy_tc_folded(c)       ? WyTcScheme::half_u16_folded
                             : wy_tc_u16(c)          ? WyTcScheme::half_u16
                             : wy_tc_half_scheme(c)  ? WyTcScheme::half
                                                     : WyTcScheme::split;

@@ -277,9 +277,11 @@ TEST(Bounds, HalfU16RowAddsTheURounding) {
 
 // The half-u16-folded row (derived ahead of a kernel, docs/bounds.md): half-u16 with ST and OS
 // each charged two fp16 roundings (the scaled k / q tile and the unsplit Vn / S^T); every other
-// entry is half-u16's. No library path selects it: derive_bound's formula never names it.
+// entry is half-u16's. derive_bound names it exactly where the opt-in GDN_WYTC_FOLD=1 meets the
+// half-u16 rule (wy_tc_folded), never without the opt-in, and it is then looser than half-u16's.
 TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  ScopedEnv no_fold("GDN_WYTC_FOLD", nullptr);
   const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
                       &f = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_folded);
   EXPECT_STREQ(f.scheme, "half-u16-folded");
@@ -298,6 +300,24 @@ TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
     const Bound b = derive_bound(Arm::wy_tc, c);
     EXPECT_EQ(b.formula.find("folded"), std::string::npos) << sp.name() << ": " << b.formula;
   }
+  ScopedEnv fold("GDN_WYTC_FOLD", "1");
+  int n_folded = 0;
+  i = 0;
+  for (const CaseSpec& sp : fixture_set()) {
+    const Case c = make_case(sp, kSeed + i++);
+    const bool u16 = wy_tc_u16(c);
+    EXPECT_EQ(wy_tc_folded(c), u16) << sp.name();
+    const Bound b = derive_bound(Arm::wy_tc, c);
+    EXPECT_EQ(b.formula.find("half-u16-folded") != std::string::npos, u16)
+        << sp.name() << ": " << b.formula;
+    if (u16) {
+      ++n_folded;
+      const Bound hub = derive_bound(hu, bound_inputs(c, hu.C));
+      EXPECT_GT(b.state, hub.state) << sp.name();
+      EXPECT_GT(b.o, hub.o) << sp.name();
+    }
+  }
+  EXPECT_GT(n_folded, 0) << "no fixture case takes the folded scheme: the check above saw none";
 }
 
 }  // namespace

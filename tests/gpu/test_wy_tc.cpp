@@ -367,6 +367,59 @@ TEST(wy_tc, U16PassesOracle) {
       });
 }
 
+// Folded scalings (GDN_WYTC_FOLD=1, session 22: the chunk kernel writes Q~ = diag(eq) Q and
+// K~^T = K^T diag(ed) in fp16 per value head, the state pass drops its eq / ed work). On every v7
+// case, in both schemes: the oracle passes with the derived bound, the half-u16-folded row
+// exactly where check::wy_tc_folded says, and the harness's negative control fails it; two runs
+// are equal bit for bit, and so are the overlapped passes and the paired-slice blocks (forced;
+// where they cannot run the same path runs); where the fold applies o differs from the unfolded
+// run's in some bits (the switch took effect) and o / the state stay within 1e-2 / 1e-3 of it,
+// where it does not (split) the switch changes nothing.
+TEST(wy_tc, FoldPassesOracle) {
+  for_each_v7_case_in_both_schemes(
+      760, [](const std::string& name, const check::Case& c, const std::string& prec) {
+        const check::ArmOutput plain = check::run_arm(Arm::wy_tc, c, true);
+        ASSERT_TRUE(plain.status.ok()) << plain.status.message();
+        testutil::ScopedEnv fold("GDN_WYTC_FOLD", "1");
+        const bool folded = check::wy_tc_folded(c);
+        const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
+        const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
+        expect_bitwise_equal(a, b, name + " folded twice (" + prec + ")");
+        {
+          testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", "1");
+          const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
+          expect_bitwise_equal(a, seg, name + " folded, overlapped (" + prec + ")");
+        }
+        {
+          testutil::ScopedEnv pair("GDN_WYTC_PAIR", "1");
+          const check::ArmOutput pr = check::run_arm(Arm::wy_tc, c, true);
+          expect_bitwise_equal(a, pr, name + " folded, paired slices (" + prec + ")");
+        }
+        const check::Oracle ref = check::ref_serial(c);
+        const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+        const check::Metrics dO = check::compare(plain.o, a.o);
+        const check::Metrics dS = check::compare(plain.hT, a.hT);
+        std::printf("wy-tc fold %s (%s, %s): o %.3e state %.3e (util %.3f / %.3f); vs unfolded: "
+                    "o %.3e state %.3e\n",
+                    name.c_str(), prec.c_str(), folded ? "half-u16-folded" : "not folded",
+                    r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state, dO.rel_rms, dS.rel_rms);
+        EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+        EXPECT_TRUE(r.pass) << testutil::describe(r);
+        EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+        EXPECT_EQ(r.bound.formula.find("half-u16-folded") != std::string::npos, folded)
+            << r.bound.formula;
+        if (!folded) {
+          expect_bitwise_equal(plain, a, name + " the fold does not apply");
+        } else {
+          EXPECT_LE(dO.rel_rms, 1e-2);
+          EXPECT_EQ(dO.nan_count, 0);
+          EXPECT_NE(testutil::first_bit_difference(plain.o, a.o), -1)
+              << "GDN_WYTC_FOLD=1 gave the unfolded bits: the switch did not take effect";
+          if (!a.hT.empty()) EXPECT_LE(dS.rel_rms, 1e-3);
+        }
+      });
+}
+
 // Negative control of the v7 checks: GDN_WYTC_CHUNK=v7neg runs the v7 kernel with U written
 // negated. Its outputs must differ from v7's (a bitwise comparison can see a wrong chunk kernel)
 // and fail parity (the check sees it, and the default path is the v7 kernel: v2 has no such
