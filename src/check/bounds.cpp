@@ -78,9 +78,10 @@ const FoldPrecision kTable[] = {
     {Arm::wy_tc, "half-u16", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSplit, kF16, kSqrt2 * kF16, kF32,
      "half, and U stored in fp16 (joins X's roundings)"},
     // wy-tc, half-u16 with the state pass's per-token scalings folded into its tiles (derived
-    // before the kernel existed: docs/NOTES_wy_tc.md, session 21; selected by wy_tc_folded, the
-    // opt-in GDN_WYTC_FOLD=1 of session 22). The chunk pass stores q~ = diag(eq) q and
-    // k~ = diag(ed rk) k, each rounded once to fp16; the state pass multiplies them unscaled:
+    // before any kernel existed: docs/NOTES_wy_tc.md, session 21; session 22 built it, r69
+    // measured it slower and it was removed: no library path selects it).
+    // The chunk pass would store q~ = diag(eq) q and k~ = diag(ed rk) k, each rounded once to
+    // fp16; the state pass multiplies them unscaled:
     //   u_st  sqrt2 2^-11   k~ rounded once to fp16, Vn fp16 single (no split any more)
     //   u_os  sqrt2 2^-11   q~ rounded once to fp16, S^T fp16 single
     // Range: the factors are e^G, e^(G_C - G) <= 1 times scale and 1/|q|, 1/|k| (or 1 without
@@ -90,7 +91,15 @@ const FoldPrecision kTable[] = {
     {Arm::wy_tc, "half-u16-folded", 64, kF32, 0, kSplit, kSqrt3 * kF16, kSqrt2 * kF16,
      kSqrt2 * kF16, kSqrt2 * kF16, kF32,
      "half-u16 with eq folded into an fp16 q tile (OS) and ed into an fp16 k tile (ST, Vn "
-     "unsplit; GDN_WYTC_FOLD=1)"},
+     "unsplit); not used by any kernel (r69 measured it slower: per-value-head tiles)"},
+    // wy-tc, half-u16 with ST as one fp16 product (D16, session 22; selected by wy_tc_d16, the
+    // opt-in GDN_WYTC_D16=1): D = Vn diag(ed) rounded once to fp16 (no bf16 hi + lo split), K^T
+    // the bf16 k converted to fp16 (exact in the half domain, as Q in the half row):
+    //   u_st  2^-11         D fp16 single, K exact
+    // Every other entry as half-u16. eq stays an fp32 scaling of O^T, ed of Vn^T, so no tile
+    // changes its range; D's range is Vn's (|ed| <= 1 / |k|, 1 without the in-kernel norm).
+    {Arm::wy_tc, "half-u16-d16", 64, kF32, 0, kSplit, kSqrt3 * kF16, kF16, kF16, kSqrt2 * kF16,
+     kF32, "half-u16 with D = Vn diag(ed) fp16 single and K^T in fp16 in ST (GDN_WYTC_D16=1)"},
 };
 
 double unit_roundoff(DType d) {
@@ -125,6 +134,7 @@ const char* scheme_name(WyTcScheme s) {
   return s == WyTcScheme::half              ? "half"
          : s == WyTcScheme::half_u16        ? "half-u16"
          : s == WyTcScheme::half_u16_folded ? "half-u16-folded"
+         : s == WyTcScheme::half_u16_d16    ? "half-u16-d16"
                                             : "split";
 }
 
@@ -146,8 +156,8 @@ bool wy_tc_u16(const Case& c) {
   return !(e && std::strcmp(e, "0") == 0) && wy_tc_half_scheme(c);
 }
 
-bool wy_tc_folded(const Case& c) {
-  const char* e = std::getenv("GDN_WYTC_FOLD");
+bool wy_tc_d16(const Case& c) {
+  const char* e = std::getenv("GDN_WYTC_D16");
   return e && std::strcmp(e, "1") == 0 && wy_tc_u16(c);
 }
 
@@ -243,7 +253,7 @@ Bound derive_bound(const FoldPrecision& f, const BoundInputs& in) {
 
 Bound derive_bound(Arm arm, const Case& c) {
   const WyTcScheme scheme = arm != Arm::wy_tc     ? WyTcScheme::split
-                            : wy_tc_folded(c)       ? WyTcScheme::half_u16_folded
+                            : wy_tc_d16(c)          ? WyTcScheme::half_u16_d16
                             : wy_tc_u16(c)          ? WyTcScheme::half_u16
                             : wy_tc_half_scheme(c)  ? WyTcScheme::half
                                                     : WyTcScheme::split;

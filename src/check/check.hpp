@@ -81,10 +81,13 @@ Bound derive_bound(Arm arm, const Case& c);
 // fp32-valued mma operand bf16 hi + lo) and half (fp16 W, S, P, Vn in X, OS, OP; split T side and
 // ST). The library picks half where it runs (sm_90a, v9/v10 state pass) by the rule of
 // wy_tc_half_scheme; elsewhere it runs split, whose bound the half bound dominates.
-// half_u16_folded: half_u16 with eq / ed folded into fp16 Q~, K~ tiles (derived in session 21
-// ahead of the kernel, docs/bounds.md); the library runs it where wy_tc_folded says.
-enum class WyTcScheme { split, half, half_u16, half_u16_folded };
-const char* scheme_name(WyTcScheme s);  // "split", "half", "half-u16", "half-u16-folded"
+// half_u16_folded: a bound row derived ahead of a kernel (session 21 plan, docs/bounds.md): the
+// library never selects it; the precision emulator's scheme with eq / ed folded into the tiles.
+// half_u16_d16: half_u16 with ST as one fp16 product (D fp16 single, K^T fp16; session 22), where
+// wy_tc_d16 says.
+enum class WyTcScheme { split, half, half_u16, half_u16_folded, half_u16_d16 };
+// "split", "half", "half-u16", "half-u16-folded", "half-u16-d16"
+const char* scheme_name(WyTcScheme s);
 // The library's selection rule on the host: false if env GDN_WYTC_PRECISION is "split" or the io
 // dtype is not bf16; else true if it is "half" or every stored |q|, |k| <= gdn::kWyTcHalfMaxQK and
 // |v|, |h0| <= gdn::kWyTcHalfMaxV (raw values, before any in-kernel l2norm; NaN is outside).
@@ -92,8 +95,8 @@ bool wy_tc_half_scheme(const Case& c);
 // The half scheme with U stored in fp16 between the passes: the library's rule (wy_tc.cu), half
 // unless GDN_WYTC_U16=0.
 bool wy_tc_u16(const Case& c);
-// The folded scalings (wy_tc.cu, an opt-in experiment): env GDN_WYTC_FOLD=1 and wy_tc_u16.
-bool wy_tc_folded(const Case& c);
+// D16 (wy_tc.cu, an opt-in experiment): env GDN_WYTC_D16=1 and wy_tc_u16.
+bool wy_tc_d16(const Case& c);
 
 // Per-fold unit roundoffs of an arm (the ONE table, in bounds.cpp; an arm author changes their
 // row with a justification there). 0 = that rounding does not happen in this arm. Each u_<fold>

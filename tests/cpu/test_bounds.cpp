@@ -277,11 +277,9 @@ TEST(Bounds, HalfU16RowAddsTheURounding) {
 
 // The half-u16-folded row (derived ahead of a kernel, docs/bounds.md): half-u16 with ST and OS
 // each charged two fp16 roundings (the scaled k / q tile and the unsplit Vn / S^T); every other
-// entry is half-u16's. derive_bound names it exactly where the opt-in GDN_WYTC_FOLD=1 meets the
-// half-u16 rule (wy_tc_folded), never without the opt-in, and it is then looser than half-u16's.
+// entry is half-u16's. No library path selects it: derive_bound's formula never names it.
 TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
-  ScopedEnv no_fold("GDN_WYTC_FOLD", nullptr);
   const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
                       &f = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_folded);
   EXPECT_STREQ(f.scheme, "half-u16-folded");
@@ -300,24 +298,55 @@ TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
     const Bound b = derive_bound(Arm::wy_tc, c);
     EXPECT_EQ(b.formula.find("folded"), std::string::npos) << sp.name() << ": " << b.formula;
   }
-  ScopedEnv fold("GDN_WYTC_FOLD", "1");
-  int n_folded = 0;
+}
+
+// The half-u16-d16 row (session 22, GDN_WYTC_D16=1): half-u16 with ST charged one fp16 rounding
+// (D single, K exact); every other entry is half-u16's. derive_bound names it exactly where the
+// opt-in meets the half-u16 rule (wy_tc_d16), never without the opt-in, and it then lies between
+// the half-u16 and the folded rows' bounds.
+TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
+  ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  ScopedEnv no_d16("GDN_WYTC_D16", nullptr);
+  const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
+                      &d = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_d16),
+                      &f = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_folded);
+  EXPECT_STREQ(d.scheme, "half-u16-d16");
+  EXPECT_STREQ(scheme_name(WyTcScheme::half_u16_d16), "half-u16-d16");
+  EXPECT_EQ(d.u_st, 0x1.0p-11);
+  EXPECT_GT(d.u_st, hu.u_st);
+  EXPECT_LT(d.u_st, f.u_st);
+  EXPECT_EQ(d.u_os, hu.u_os);
+  EXPECT_EQ(d.u_x, hu.u_x);
+  EXPECT_EQ(d.u_wu, hu.u_wu);
+  EXPECT_EQ(d.u_op, hu.u_op);
+  EXPECT_EQ(d.u_kk, hu.u_kk);
+  EXPECT_EQ(d.u_solve, hu.u_solve);
+  int i = 0;
+  for (const CaseSpec& sp : fixture_set()) {
+    const Case c = make_case(sp, kSeed + i++);
+    EXPECT_FALSE(wy_tc_d16(c)) << sp.name();
+    const Bound b = derive_bound(Arm::wy_tc, c);
+    EXPECT_EQ(b.formula.find("d16"), std::string::npos) << sp.name() << ": " << b.formula;
+  }
+  ScopedEnv on("GDN_WYTC_D16", "1");
+  int n_d16 = 0;
   i = 0;
   for (const CaseSpec& sp : fixture_set()) {
     const Case c = make_case(sp, kSeed + i++);
     const bool u16 = wy_tc_u16(c);
-    EXPECT_EQ(wy_tc_folded(c), u16) << sp.name();
+    EXPECT_EQ(wy_tc_d16(c), u16) << sp.name();
     const Bound b = derive_bound(Arm::wy_tc, c);
-    EXPECT_EQ(b.formula.find("half-u16-folded") != std::string::npos, u16)
+    EXPECT_EQ(b.formula.find("half-u16-d16") != std::string::npos, u16)
         << sp.name() << ": " << b.formula;
     if (u16) {
-      ++n_folded;
-      const Bound hub = derive_bound(hu, bound_inputs(c, hu.C));
-      EXPECT_GT(b.state, hub.state) << sp.name();
-      EXPECT_GT(b.o, hub.o) << sp.name();
+      ++n_d16;
+      const Bound bu = derive_bound(hu, bound_inputs(c, hu.C));
+      const Bound bf = derive_bound(f, bound_inputs(c, f.C));
+      EXPECT_GT(b.state, bu.state) << sp.name();
+      EXPECT_LT(b.state, bf.state) << sp.name();
     }
   }
-  EXPECT_GT(n_folded, 0) << "no fixture case takes the folded scheme: the check above saw none";
+  EXPECT_GT(n_d16, 0) << "no fixture case takes the D16 scheme: the checks above saw none";
 }
 
 }  // namespace

@@ -280,6 +280,52 @@ TEST(PrecisionEmu, ScalingsFoldedIntoTiles) {
   }
 }
 
+// D16 (session 22, GDN_WYTC_D16=1 on the GPU): ST as one fp16 product, D = diag(ed) Vn rounded
+// once to fp16 (st_Vn=fp16) times K^T in fp16 (st_K=fp16), emulated on HU. Within the
+// half-u16-d16 row's derived bound, which is looser than half-u16's and tighter than the folded
+// row's; the state changes (the rounding was applied) and stays inside #5's 1e-3. Negative
+// control: D in bf16 single (st_Vn=bf16) costs more than 3x D16's state error on the bench's
+// inputs, so the comparison sees which rounding ST takes.
+TEST(PrecisionEmu, D16WithinItsDerivedBound) {
+  const std::vector<pe::Scheme> all = pe::study_schemes();
+  pe::Scheme hu, hud, hudb;
+  ASSERT_TRUE(pe::parse_scheme("HU=H:u_st=fp16", all, &hu));
+  ASSERT_TRUE(pe::parse_scheme("HUD=H:u_st=fp16+st_Vn=fp16+st_K=fp16", all, &hud));
+  ASSERT_TRUE(pe::parse_scheme("HUDb=H:u_st=fp16+st_Vn=bf16", all, &hudb));
+  const auto& d16 = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half_u16_d16);
+  const auto& hu_row = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half_u16);
+  const auto& folded = check::fold_precision(Arm::wy_tc, check::WyTcScheme::half_u16_folded);
+  ASSERT_STREQ(d16.scheme, "half-u16-d16");
+  EXPECT_EQ(hud.state_units(), 7);
+  for (const char* regime : {"bench27b", "g0b1"}) {
+    SCOPED_TRACE(regime);
+    const check::Case c = pe::to_case(pe::make_regime(regime, 2048, 1300, 1.0));
+    const check::Oracle ref = check::ref_serial(c);
+    pe::HeadResult r_hu, r_hud;
+    pe::emulate(head(c), hu, &r_hu);
+    pe::emulate(head(c), hud, &r_hud);
+    EXPECT_GT(differ(r_hud.hT, r_hu.hT), r_hu.hT.size() / 10) << "D16 changed too few bits";
+    const check::BoundInputs bi = check::bound_inputs(c, 64);
+    const check::Bound bd = check::derive_bound(d16, bi), bu = check::derive_bound(hu_row, bi),
+                       bf = check::derive_bound(folded, bi);
+    const Err u = run(c, ref, hu), d = run(c, ref, hud);
+    std::printf("%-8s o / state: HU %.3e / %.3e, D16 %.3e / %.3e, bound %.3e / %.3e (half-u16 "
+                "%.3e, folded %.3e)\n",
+                regime, u.o, u.state, d.o, d.state, bd.o, bd.state, bu.state, bf.state);
+    EXPECT_LE(d.o, bd.o);
+    EXPECT_LE(d.state, bd.state);
+    EXPECT_LE(d.state, 1e-3);
+    EXPECT_LE(d.o, 2.5e-3);
+    EXPECT_GT(bd.state, bu.state);
+    EXPECT_LT(bd.state, bf.state);
+    if (std::string(regime) == "bench27b") {
+      const Err db = run(c, ref, hudb);
+      std::printf("%-8s D bf16 single (negative control) state %.3e\n", regime, db.state);
+      EXPECT_GT(db.state, 3 * d.state) << "negative control: a bf16 D went unseen";
+    }
+  }
+}
+
 // The 3xTF32 solve of session 11's v7t chunk kernel (measured in r46 no faster, removed in session
 // 12; docs/NOTES_wy_tc.md), emulated on every product of the forward substitution: in both wy-tc
 // schemes the state error stays within 5% of the fp32 solve's (it was not the limiting term),

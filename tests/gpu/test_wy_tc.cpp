@@ -367,54 +367,54 @@ TEST(wy_tc, U16PassesOracle) {
       });
 }
 
-// Folded scalings (GDN_WYTC_FOLD=1, session 22: the chunk kernel writes Q~ = diag(eq) Q and
-// K~^T = K^T diag(ed) in fp16 per value head, the state pass drops its eq / ed work). On every v7
-// case, in both schemes: the oracle passes with the derived bound, the half-u16-folded row
-// exactly where check::wy_tc_folded says, and the harness's negative control fails it; two runs
-// are equal bit for bit, and so are the overlapped passes and the paired-slice blocks (forced;
-// where they cannot run the same path runs); where the fold applies o differs from the unfolded
-// run's in some bits (the switch took effect) and o / the state stay within 1e-2 / 1e-3 of it,
-// where it does not (split) the switch changes nothing.
-TEST(wy_tc, FoldPassesOracle) {
+// D16 (GDN_WYTC_D16=1, session 22: ST as one fp16 product, D = Vn^T diag(ed) rounded once to
+// fp16 times K^T converted to fp16 by the chunk kernel). On every v7 case, in both schemes: the
+// oracle passes with the derived bound, the half-u16-d16 row exactly where check::wy_tc_d16 says,
+// and the harness's negative control fails it; two runs are equal bit for bit, and so are the
+// overlapped passes and the paired-slice blocks (forced; where they cannot run the same path
+// runs); where D16 applies the final state differs from the default run's in some bits (the
+// switch took effect) and o / the state stay within 1e-2 / 1e-3 of it, where it does not (split)
+// the switch changes nothing.
+TEST(wy_tc, D16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       760, [](const std::string& name, const check::Case& c, const std::string& prec) {
         const check::ArmOutput plain = check::run_arm(Arm::wy_tc, c, true);
         ASSERT_TRUE(plain.status.ok()) << plain.status.message();
-        testutil::ScopedEnv fold("GDN_WYTC_FOLD", "1");
-        const bool folded = check::wy_tc_folded(c);
+        testutil::ScopedEnv d16("GDN_WYTC_D16", "1");
+        const bool on = check::wy_tc_d16(c);
         const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
         const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
-        expect_bitwise_equal(a, b, name + " folded twice (" + prec + ")");
+        expect_bitwise_equal(a, b, name + " D16 twice (" + prec + ")");
         {
           testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", "1");
           const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
-          expect_bitwise_equal(a, seg, name + " folded, overlapped (" + prec + ")");
+          expect_bitwise_equal(a, seg, name + " D16, overlapped (" + prec + ")");
         }
         {
           testutil::ScopedEnv pair("GDN_WYTC_PAIR", "1");
           const check::ArmOutput pr = check::run_arm(Arm::wy_tc, c, true);
-          expect_bitwise_equal(a, pr, name + " folded, paired slices (" + prec + ")");
+          expect_bitwise_equal(a, pr, name + " D16, paired slices (" + prec + ")");
         }
         const check::Oracle ref = check::ref_serial(c);
         const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
         const check::Metrics dO = check::compare(plain.o, a.o);
         const check::Metrics dS = check::compare(plain.hT, a.hT);
-        std::printf("wy-tc fold %s (%s, %s): o %.3e state %.3e (util %.3f / %.3f); vs unfolded: "
+        std::printf("wy-tc d16 %s (%s, %s): o %.3e state %.3e (util %.3f / %.3f); vs default: "
                     "o %.3e state %.3e\n",
-                    name.c_str(), prec.c_str(), folded ? "half-u16-folded" : "not folded",
-                    r.o.rel_rms, r.state.rel_rms, r.util_o, r.util_state, dO.rel_rms, dS.rel_rms);
+                    name.c_str(), prec.c_str(), on ? "half-u16-d16" : "not D16", r.o.rel_rms,
+                    r.state.rel_rms, r.util_o, r.util_state, dO.rel_rms, dS.rel_rms);
         EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
         EXPECT_TRUE(r.pass) << testutil::describe(r);
         EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-        EXPECT_EQ(r.bound.formula.find("half-u16-folded") != std::string::npos, folded)
+        EXPECT_EQ(r.bound.formula.find("half-u16-d16") != std::string::npos, on)
             << r.bound.formula;
-        if (!folded) {
-          expect_bitwise_equal(plain, a, name + " the fold does not apply");
+        if (!on) {
+          expect_bitwise_equal(plain, a, name + " D16 does not apply");
         } else {
           EXPECT_LE(dO.rel_rms, 1e-2);
           EXPECT_EQ(dO.nan_count, 0);
           EXPECT_NE(testutil::first_bit_difference(plain.o, a.o), -1)
-              << "GDN_WYTC_FOLD=1 gave the unfolded bits: the switch did not take effect";
+              << "GDN_WYTC_D16=1 gave the default bits: the switch did not take effect";
           if (!a.hT.empty()) EXPECT_LE(dS.rel_rms, 1e-3);
         }
       });

@@ -241,10 +241,8 @@ struct Workspace {
   // bounds.md): wh holds W rounded once to fp16 (wl not used), ph P rounded once to fp16 (pl not
   // used), qh Q converted to fp16 (exact inside gdn::kWyTcHalfMaxQK); kh stays the exact bf16 K^T
   // and u, gc, eq, ed are unchanged. Same tile layouts, 2-byte elements.
-  // Folded (ChunkParams::fold_ws, U16 only; bound row half-u16-folded, docs/bounds.md): qh holds
-  // Q~ = diag(eq) Q and kh K~^T = K^T diag(ed), each rounded once to fp16 from the fp32 product,
-  // one tile per (chunk, VALUE head) [NC, HV, ...] (eq, ed depend on the value head's gates);
-  // eq, ed are then not written (the state pass reads no vectors).
+  // K16 (ChunkParams::k16, U16 only; bound row half-u16-d16, docs/bounds.md): kh holds K^T
+  // converted to fp16 as qh holds Q (exact inside gdn::kWyTcHalfMaxQK), still per key head.
   // U16 (ChunkParams::u16, half format only): U rounded once to fp16 from its fp32 accumulator,
   // [NC, HV, C, V] halves in the first half of u's bytes, the same element order (ws_u order:
   // a lane's four values of an n-tile are one 8-byte piece instead of one float4).
@@ -284,7 +282,7 @@ struct ChunkParams {
   bool exact_ws;  // write the exact workspace format (v7 chunk kernel only; see Workspace)
   bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
   bool u16;       // half format with U stored as fp16 (v7 only; see Workspace)
-  bool fold_ws;   // U16 with eq, ed folded into per-value-head fp16 Q~, K~^T tiles (Workspace)
+  bool k16;       // U16 with K^T converted to fp16 (v7 only; see Workspace)
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -986,17 +984,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   // Q and K^T tiles: per value head in the split format (scaled per head); per key head in the
   // exact format (the raw bf16 tiles, the same for the key head's value heads), written by the
   // key head's first value head only.
-  // Folded format: per value head, as the split format.
-  const bool per_key_head = p.exact_ws && !p.fold_ws;
-  const bool qk_writer = !per_key_head || (p.tiled ? h < p.HK : h % (p.HV / p.HK) == 0);
-  const std::int64_t base_qk = per_key_head ? static_cast<std::int64_t>(cg) * p.HK + kh : base;
+  const bool qk_writer = !p.exact_ws || (p.tiled ? h < p.HK : h % (p.HV / p.HK) == 0);
+  const std::int64_t base_qk = p.exact_ws ? static_cast<std::int64_t>(cg) * p.HK + kh : base;
   const int m0 = warp * 16;
   if (lane < 16) {
     const int r = m0 + lane;
     sE[r] = expf(sG[r]);
     sD[r] = expf(sG[C - 1] - sG[r]) * sRk[r];
     sS[r] = sB[r] * sE[r] * sRk[r];
-    if (per_key_head) {
+    if (p.exact_ws) {
       p.ws.eq[base * C + r] = p.scale * sE[r] * sRq[r];
       p.ws.ed[base * C + r] = sD[r];
     }
@@ -1091,16 +1087,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       const int kb = 2 * it + (lane >> 4);
       const int piece = (kb * (C / 8) + (r >> 3)) * 8 + (r & 7);
       const uint4 qq = *reinterpret_cast<const uint4*>(sQ + r * LB + 8 * kb);
-      if (p.fold_ws) {  // Q~ = f q (f = eq of the row: the same product), fp16
-        const std::uint32_t w4[4] = {qq.x, qq.y, qq.z, qq.w};
-        std::uint32_t hf[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(&w4[e]);
-          hf[e] = pack_f16(f * __low2float(b2), f * __high2float(b2));
-        }
-        Qh4[piece] = make_uint4(hf[0], hf[1], hf[2], hf[3]);
-      } else if (p.half_ws) {
+      if (p.half_ws) {
         Qh4[piece] = make_uint4(bf16x2_to_f16x2(qq.x), bf16x2_to_f16x2(qq.y),
                                 bf16x2_to_f16x2(qq.z), bf16x2_to_f16x2(qq.w));
       } else if (p.exact_ws) {
@@ -1130,21 +1117,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       const int mi = 4 * g + (lane >> 3), kb = mi / (K / 8), db = mi % (K / 8);
       std::uint32_t w4[4];
       ldsm_x4_t_a(w4, smem_addr(sK + (8 * kb + (lane & 7)) * LB + 8 * db));
-      if (per_key_head) {
+      if (p.exact_ws) {  // K^T itself: bf16, or converted to fp16 (K16)
 #pragma unroll
-        for (int m = 0; m < 4; ++m) Kh[(4 * g + m) * 32 + lane] = w4[m];
-      } else {  // Kd^T (split) or K~^T (folded): tokens r, r + 1 scaled by ed (sD's product)
+        for (int m = 0; m < 4; ++m)
+          Kh[(4 * g + m) * 32 + lane] = p.k16 ? bf16x2_to_f16x2(w4[m]) : w4[m];
+      } else {
         const int r = 8 * ((4 * g) / (K / 8)) + 2 * tig;
         const float d0 = expf(sG[C - 1] - sG[r]) * sRk[r];
         const float d1 = expf(sG[C - 1] - sG[r + 1]) * sRk[r + 1];
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(&w4[m]);
-          if (p.fold_ws)
-            Kh[(4 * g + m) * 32 + lane] = pack_f16(d0 * __low2float(b2), d1 * __high2float(b2));
-          else
-            split_pair(d0 * __low2float(b2), d1 * __high2float(b2), Kh[(4 * g + m) * 32 + lane],
-                       Kl[(4 * g + m) * 32 + lane]);
+          split_pair(d0 * __low2float(b2), d1 * __high2float(b2), Kh[(4 * g + m) * 32 + lane],
+                     Kl[(4 * g + m) * 32 + lane]);
         }
       }
     }
@@ -1438,13 +1423,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Cost: the final state's error 1.8e-5 -> 2.2e-4 at 27b T = 32768 (o 1.685e-3 -> 1.699e-3).
   // GDN_WYTC_U16=0 keeps U in fp32.
   const bool u16 = half && !env_is("GDN_WYTC_U16", "0");
-  // Folded scalings (session 22; Workspace, folded; bound row half-u16-folded, docs/bounds.md):
-  // the chunk kernel writes Q~ = diag(eq) Q and K~^T = K^T diag(ed) in fp16 per value head and the
-  // state pass drops the eq / ed work from its chain. GDN_WYTC_FOLD=1 opts in where U16 runs (an
-  // experiment until measured). The Q, K^T planes are sized per value head whenever it is asked
-  // for with the exact format, so the workspace size does not depend on values.
-  const bool fold_ws_size = exact_ws && env_is("GDN_WYTC_FOLD", "1");
-  const bool fold = fold_ws_size && u16;
+  // D16 (session 22; Workspace K16; bound row half-u16-d16, docs/bounds.md): the state update as
+  // ONE fp16 product, D = Vn^T diag(ed) rounded once to fp16 times K^T converted to fp16 (exact in
+  // the half domain), instead of D split bf16 hi + lo times the bf16 K^T (two products). The same
+  // workspace bytes; the state pass loses D's lo half and one of ST's products.
+  // GDN_WYTC_D16=1 opts in (an experiment until measured).
+  const bool d16 = u16 && env_is("GDN_WYTC_D16", "1");
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1469,8 +1453,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
-  const std::size_t b_qk = fold_ws_size ? b_ck : b_ckqk;  // one exact-format Q or K^T plane
-  const std::size_t b_qk_planes = exact_ws ? 2 * b_qk : 4 * b_ck;  // qh, kh [, ql, kl]
+  const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
   const std::size_t b_all =
       b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry;
   if (size_only) {  // the workspace query (detail::cuda_wy_tc_prefill): nothing queued
@@ -1488,8 +1471,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   for (std::uint32_t** plane : {&ws.wh, &ws.wl})
     *plane = scratch.as<std::uint32_t>(off), off += b_ck;
   if (exact_ws) {  // ql, kl stay null (never read or written in this format)
-    ws.qh = scratch.as<std::uint32_t>(off), off += b_qk;
-    ws.kh = scratch.as<std::uint32_t>(off), off += b_qk;
+    ws.qh = scratch.as<std::uint32_t>(off), off += b_ckqk;
+    ws.kh = scratch.as<std::uint32_t>(off), off += b_ckqk;
   } else {
     for (std::uint32_t** plane : {&ws.qh, &ws.ql, &ws.kh, &ws.kl})
       *plane = scratch.as<std::uint32_t>(off), off += b_ck;
@@ -1524,7 +1507,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.exact_ws = exact_ws;
     cp.half_ws = half;
     cp.u16 = u16;
-    cp.fold_ws = fold;
+    cp.k16 = d16;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1628,19 +1611,19 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     };
     constexpr int kOB = static_cast<int>(kEs);  // v9's o staging sized for the o dtype
     if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
-      if (pair && fold)
+      if (pair && d16)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true>,
-                  StateSmemWg<K, V, true, true, true, kOB, 2, true>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, folded) launch", 2);
+                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, D16) launch", 2);
       if (pair)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2>,
                   StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
                   "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
     }
-    if (fold)
+    if (d16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true>,
-                StateSmemWg<K, V, true, true, true, kOB, 1, true>::bytes,
-                "wy_tc_state_kernel_wg9 (half, fp16 U, folded) launch");
+                StateSmemWg<K, V, true, true, true, kOB>::bytes,
+                "wy_tc_state_kernel_wg9 (half, fp16 U, D16) launch");
     if (v9 && half && u16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true>,
                 StateSmemWg<K, V, true, true, true, kOB>::bytes,

@@ -125,19 +125,18 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // the state pass takes half as many SMs. Each warpgroup runs the one-slice pass's instructions
 // on its slice: o and hT equal it bit for bit. p.pair_negctl (GDN_WYTC_PAIR=negctl): both
 // warpgroups read slice 0's U (must differ).
-// kFold (fp16 U only; the folded workspace, bound row half-u16-folded): the Q and K^T tiles carry
-// eq and ed (Q~ = diag(eq) Q, K~^T = K^T diag(ed), fp16), so ST is ONE fp16 product of OP's Vn^T
-// (vh) with K~ and O^T takes no eq scaling: the chain loses D = Vn^T diag(ed), its hi + lo split
-// and one of ST's two products (9 -> 7 units of 64^3 MACs per chunk).
+// kD16 (fp16 U only; Workspace K16, bound row half-u16-d16): ST as ONE fp16 product, D = Vn^T
+// diag(ed) rounded once to fp16 times the fp16 K^T, instead of D's bf16 hi + lo split times the
+// bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D.
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
-          bool kFold = false>
+          bool kD16 = false>
 __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   static_assert(kNS == 1 || (kHalf && kU16 && sizeof(TOut) == 2 && V == 2 * VS), "paired slices");
-  static_assert(!kFold || (kHalf && kU16), "folded: fp16 U");
-  using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut)), kNS, kFold>;
+  static_assert(!kD16 || (kHalf && kU16), "D16: fp16 U");
+  using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut)), kNS>;
   constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
   // Descriptor arithmetic below: every shared address of the CTA is below 228 KiB < 2^18.
@@ -291,50 +290,44 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + u_off);
     float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
     wg_vn(vn, xw, sU, warp, lane);
-    cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (K^T, ed)
-    std::uint32_t vh[C / 16][4], vl[kHalf ? 1 : C / 16][4];  // OP's Vn^T (kHalf: fp16, vh only)
-    if constexpr (kFold) {  // ST(c): S^T += Vn^T K~, Vn^T in fp16 (OP's operand) times K~ (fp16)
-#pragma unroll
-      for (int kc = 0; kc < C / 16; ++kc) acc_to_a_f16(vh[kc], vn, kc);
-      wg::keep_u(vh);
-      wg::fence();
+    cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
+    std::uint32_t dh[C / 16][4], dl[kD16 ? 1 : C / 16][4];  // D (kD16: fp16, dh only)
+    {
+      const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
+                                                        Sm::oEd);
+      float dn[C / 8][4];
+      wg_scale_cols(dn, vn, sEd, tig);
 #pragma unroll
       for (int kc = 0; kc < C / 16; ++kc) {
-        const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
-        wg::wgmma_nk<K, true>(st, vh[kc], kh);
+        if constexpr (kD16) acc_to_a_f16(dh[kc], dn, kc);
+        else acc_to_a(dh[kc], dl[kc], dn, kc);
       }
-      wg::commit();
-    } else {
-      std::uint32_t dh[C / 16][4], dl[C / 16][4];
-      {
-        const float* sEd = reinterpret_cast<const float*>(smem_wg + Sm::oB + b * Sm::kStrideB +
-                                                          Sm::oEd);
-        float dn[C / 8][4];
-        wg_scale_cols(dn, vn, sEd, tig);
+    }
+    wg::keep_u(dh);
+    if constexpr (!kD16) wg::keep_u(dl);
+    wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < C / 16; ++kc) acc_to_a(dh[kc], dl[kc], dn, kc);
-      }
-      wg::keep_u(dh);
-      wg::keep_u(dl);
-      wg::fence();
-#pragma unroll
-      for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
-        const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
+    for (int kc = 0; kc < C / 16; ++kc) {  // ST(c)
+      const std::uint64_t kh = wg9_desc(dB + kLK + (Sm::oKh >> 4) + kc * K * 2);
+      if constexpr (kD16) {
+        wg::wgmma_nk<K, true>(st, dh[kc], kh);
+      } else {
         wg::wgmma_nk<K>(st, dl[kc], kh);
         wg::wgmma_nk<K>(st, dh[kc], kh);
       }
-      wg::commit();
-#pragma unroll
-      for (int kc = 0; kc < C / 16; ++kc) {
-        if constexpr (kHalf) acc_to_a_f16(vh[kc], vn, kc);
-        else acc_to_a(vh[kc], vl[kc], vn, kc);
-      }
-      wg::keep_u(vh);
-      if constexpr (!kHalf) wg::keep_u(vl);
     }
+    wg::commit();
+    std::uint32_t vh[C / 16][4], vl[kHalf ? 1 : C / 16][4];  // OP's Vn^T (kHalf: fp16, vh only)
+#pragma unroll
+    for (int kc = 0; kc < C / 16; ++kc) {
+      if constexpr (kHalf) acc_to_a_f16(vh[kc], vn, kc);
+      else acc_to_a(vh[kc], vl[kc], vn, kc);
+    }
+    wg::keep_u(vh);
+    if constexpr (!kHalf) wg::keep_u(vl);
     wg::wait<1>();  // OS(c) done (ST(c) may run)
     wg::keep(ot);
-    if constexpr (!kFold) {  // O^T columns (tokens) scaled by eq before the P fold adds in
+    {  // O^T columns (tokens) scaled by eq before the P fold adds in
       const float* sEq = reinterpret_cast<const float*>(smem_wg + b * Sm::kStrideA + Sm::oEq);
       wg_scale_cols(ot, ot, sEq, tig);
     }

@@ -149,24 +149,21 @@ __device__ __forceinline__ std::uint64_t desc(unsigned saddr, unsigned lbo, unsi
 // kNS (v9 half format with fp16 U only): V slices per block, one warpgroup each; the block's U
 // is kNS slices (contiguous in ws_u order) and it stages O once per slice; the W, Q, P, K^T tiles
 // and eq, ed are the head's and shared by the slices.
-// kFold (v9, fp16 U; Workspace, folded): the Q tile is Q~ = diag(eq) Q and the K^T tile
-// K~^T = K^T diag(ed), both fp16 and per value head; no eq, ed vectors (A 40 KiB, B 24 KiB).
 template <int K, int V, bool kExact, bool kHalf = false, bool kU16 = false, int kOutBytes = 4,
-          int kNS = 1, bool kFold = false>
+          int kNS = 1>
 struct StateSmemWg {
   static_assert(kExact || !kHalf, "the half format is an exact format");
   static_assert(kHalf || !kU16, "fp16 U only in the half format");
   static_assert(kOutBytes == 2 || kOutBytes == 4, "2- or 4-byte o");
   static_assert(kNS == 1 || (kU16 && kNS * SCfg::kVSlice == V), "paired slices: fp16 U, whole V");
-  static_assert(!kFold || kU16, "the folded format is U16's");
-  static constexpr bool kHalfFmt = kHalf, kU16Fmt = kU16, kFoldFmt = kFold;
+  static constexpr bool kHalfFmt = kHalf, kU16Fmt = kU16;
   static constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static constexpr int NBUF = kExact ? 2 : 1;
   static constexpr int kCK = C * K * 2;  // bytes of a C x K (or K x C) bf16 tile
   static constexpr int kCC = C * C * 2;  // bytes of a C x C bf16 tile
   static constexpr int kU1 = C * VS * (kU16 ? 2 : 4);  // bytes of one U slice (ws_u order)
   static constexpr int kU = kNS * kU1;                  // bytes of the block's U slice(s)
-  static constexpr int kVec = kFold ? 0 : C * 4;  // bytes of eq or ed (none when folded)
+  static constexpr int kVec = C * 4;     // bytes of eq or ed
   // offsets inside one A buffer / one B buffer
   static constexpr int oWh = 0, oWl = kCK, oQh = kHalf ? kCK : 2 * kCK, oQl = 3 * kCK;
   static constexpr int oU = kHalf ? 2 * kCK : kExact ? 3 * kCK : 4 * kCK, oEq = oU + kU;
@@ -208,8 +205,7 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
   const int b = (cg - c_begin) % Sm::NBUF;
   unsigned char* d = smem + b * Sm::kStrideA;
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-  // Q: per key head in the exact format unless folded
-  const std::int64_t bq = kExact && !Sm::kFoldFmt ? wg_qk_tile(p, cg, h) : base;
+  const std::int64_t bq = kExact ? wg_qk_tile(p, cg, h) : base;  // Q: per key head if exact
   cuda::mbar_arrive_tx(&bar[b], Sm::kBytesA);
   cuda::bulk_g2s(d + Sm::oWh, p.ws.wh + base * C * K / 2, Sm::kCK, &bar[b]);
   if constexpr (!Sm::kHalfFmt)
@@ -222,8 +218,7 @@ __device__ __forceinline__ void wg_issue_a(const StateParams& p, unsigned char* 
                    Sm::kU, &bar[b]);
   else
     cuda::bulk_g2s(d + Sm::oU, p.ws.u + base * C * V + slice * C * VS, Sm::kU, &bar[b]);
-  if constexpr (kExact && !Sm::kFoldFmt)
-    cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
+  if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEq, p.ws.eq + base * C, Sm::kVec, &bar[b]);
 }
 template <typename Sm, int K, bool kExact>
 __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* smem,
@@ -233,14 +228,13 @@ __device__ __forceinline__ void wg_issue_b(const StateParams& p, unsigned char* 
   unsigned char* d = smem + Sm::oB + b * Sm::kStrideB;
   std::uint64_t* bb = &bar[Sm::NBUF + b];
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
-  // K^T: per key head in the exact format unless folded
-  const std::int64_t bk = kExact && !Sm::kFoldFmt ? wg_qk_tile(p, cg, h) : base;
+  const std::int64_t bk = kExact ? wg_qk_tile(p, cg, h) : base;  // K^T: per key head if exact
   cuda::mbar_arrive_tx(bb, Sm::kBytesB);
   cuda::bulk_g2s(d + Sm::oPh, p.ws.ph + base * C * C / 2, Sm::kCC, bb);
   if constexpr (!Sm::kHalfFmt) cuda::bulk_g2s(d + Sm::oPl, p.ws.pl + base * C * C / 2, Sm::kCC, bb);
   cuda::bulk_g2s(d + Sm::oKh, p.ws.kh + bk * K * C / 2, Sm::kCK, bb);
   if constexpr (!kExact) cuda::bulk_g2s(d + Sm::oKl, p.ws.kl + base * K * C / 2, Sm::kCK, bb);
-  if constexpr (kExact && !Sm::kFoldFmt) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
+  if constexpr (kExact) cuda::bulk_g2s(d + Sm::oEd, p.ws.ed + base * C, Sm::kVec, bb);
 }
 // O^T (this warp's 16 value rows x C tokens, accumulator layout) -> token rows in shared memory
 // (row stride: 16 bytes of padding keep the four tig rows of one store on distinct banks).
