@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -367,56 +368,77 @@ TEST(wy_tc, U16PassesOracle) {
       });
 }
 
+// A state-pass variant switched on by environment `on` (D16, UX) against the run without it
+// (environment `base` set in both), on one case: the oracle passes with the derived bound, whose
+// formula names `row` exactly where `applies` says, and the harness's negative control fails it;
+// two runs are equal bit for bit, and so are the overlapped passes and the paired-slice blocks
+// (forced; where they cannot run the same path runs); where the variant applies o differs from
+// the base run's in some bits (the switch took effect) and o / the state stay within 1e-2 / 1e-3
+// of it; where it does not (split) the switch changes nothing.
+void check_state_variant(const std::string& name, const check::Case& c, const std::string& prec,
+                         const std::vector<std::pair<const char*, const char*>>& base,
+                         const std::pair<const char*, const char*>& on, const std::string& row,
+                         bool (*applies)(const check::Case&)) {
+  std::vector<std::unique_ptr<testutil::ScopedEnv>> envs;
+  for (const auto& [k, v] : base) envs.push_back(std::make_unique<testutil::ScopedEnv>(k, v));
+  const check::ArmOutput plain = check::run_arm(Arm::wy_tc, c, true);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.message();
+  testutil::ScopedEnv set(on.first, on.second);
+  const bool yes = applies(c);
+  const std::string tag = name + " " + on.first + " (" + prec + ")";
+  const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
+  const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
+  expect_bitwise_equal(a, b, tag + " twice");
+  {
+    testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", "1");
+    expect_bitwise_equal(a, check::run_arm(Arm::wy_tc, c, true), tag + " overlapped");
+  }
+  {
+    testutil::ScopedEnv pair("GDN_WYTC_PAIR", "1");
+    expect_bitwise_equal(a, check::run_arm(Arm::wy_tc, c, true), tag + " paired slices");
+  }
+  const check::Oracle ref = check::ref_serial(c);
+  const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
+  const check::Metrics dO = check::compare(plain.o, a.o);
+  const check::Metrics dS = check::compare(plain.hT, a.hT);
+  std::printf("wy-tc %s (%s): o %.3e state %.3e (util %.3f / %.3f); vs without: o %.3e state "
+              "%.3e\n",
+              tag.c_str(), yes ? row.c_str() : "does not apply", r.o.rel_rms, r.state.rel_rms,
+              r.util_o, r.util_state, dO.rel_rms, dS.rel_rms);
+  EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
+  EXPECT_TRUE(r.pass) << testutil::describe(r);
+  EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
+  EXPECT_EQ(r.bound.formula.find(row) != std::string::npos, yes) << r.bound.formula;
+  if (!yes) {
+    expect_bitwise_equal(plain, a, tag + ": does not apply");
+  } else {
+    EXPECT_LE(dO.rel_rms, 1e-2);
+    EXPECT_EQ(dO.nan_count, 0);
+    EXPECT_NE(testutil::first_bit_difference(plain.o, a.o), -1)
+        << tag << " gave the bits of the run without it: the switch did not take effect";
+    if (!a.hT.empty()) EXPECT_LE(dS.rel_rms, 1e-3);
+  }
+}
+
 // D16 (GDN_WYTC_D16=1, session 22: ST as one fp16 product, D = Vn^T diag(ed) rounded once to
-// fp16 times K^T converted to fp16 by the chunk kernel). On every v7 case, in both schemes: the
-// oracle passes with the derived bound, the half-u16-d16 row exactly where check::wy_tc_d16 says,
-// and the harness's negative control fails it; two runs are equal bit for bit, and so are the
-// overlapped passes and the paired-slice blocks (forced; where they cannot run the same path
-// runs); where D16 applies the final state differs from the default run's in some bits (the
-// switch took effect) and o / the state stay within 1e-2 / 1e-3 of it, where it does not (split)
-// the switch changes nothing.
+// fp16 times K^T converted to fp16 by the chunk kernel) against the default, on every v7 case in
+// both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
 TEST(wy_tc, D16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       760, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        const check::ArmOutput plain = check::run_arm(Arm::wy_tc, c, true);
-        ASSERT_TRUE(plain.status.ok()) << plain.status.message();
-        testutil::ScopedEnv d16("GDN_WYTC_D16", "1");
-        const bool on = check::wy_tc_d16(c);
-        const check::ArmOutput a = check::run_arm(Arm::wy_tc, c, true);
-        const check::ArmOutput b = check::run_arm(Arm::wy_tc, c, true);
-        expect_bitwise_equal(a, b, name + " D16 twice (" + prec + ")");
-        {
-          testutil::ScopedEnv ov("GDN_WYTC_OVERLAP", "1");
-          const check::ArmOutput seg = check::run_arm(Arm::wy_tc, c, true);
-          expect_bitwise_equal(a, seg, name + " D16, overlapped (" + prec + ")");
-        }
-        {
-          testutil::ScopedEnv pair("GDN_WYTC_PAIR", "1");
-          const check::ArmOutput pr = check::run_arm(Arm::wy_tc, c, true);
-          expect_bitwise_equal(a, pr, name + " D16, paired slices (" + prec + ")");
-        }
-        const check::Oracle ref = check::ref_serial(c);
-        const check::Row r = check::evaluate(Arm::wy_tc, c, ref, true);
-        const check::Metrics dO = check::compare(plain.o, a.o);
-        const check::Metrics dS = check::compare(plain.hT, a.hT);
-        std::printf("wy-tc d16 %s (%s, %s): o %.3e state %.3e (util %.3f / %.3f); vs default: "
-                    "o %.3e state %.3e\n",
-                    name.c_str(), prec.c_str(), on ? "half-u16-d16" : "not D16", r.o.rel_rms,
-                    r.state.rel_rms, r.util_o, r.util_state, dO.rel_rms, dS.rel_rms);
-        EXPECT_TRUE(r.error.empty()) << testutil::describe(r);
-        EXPECT_TRUE(r.pass) << testutil::describe(r);
-        EXPECT_TRUE(r.negative_control_failed) << testutil::describe(r);
-        EXPECT_EQ(r.bound.formula.find("half-u16-d16") != std::string::npos, on)
-            << r.bound.formula;
-        if (!on) {
-          expect_bitwise_equal(plain, a, name + " D16 does not apply");
-        } else {
-          EXPECT_LE(dO.rel_rms, 1e-2);
-          EXPECT_EQ(dO.nan_count, 0);
-          EXPECT_NE(testutil::first_bit_difference(plain.o, a.o), -1)
-              << "GDN_WYTC_D16=1 gave the default bits: the switch did not take effect";
-          if (!a.hT.empty()) EXPECT_LE(dS.rel_rms, 1e-3);
-        }
+        check_state_variant(name, c, prec, {}, {"GDN_WYTC_D16", "1"}, "half-u16-d16",
+                            &check::wy_tc_d16);
+      });
+}
+
+// UX (GDN_WYTC_UX=1 with D16: X's accumulator starts at -U^T; the chunk kernel writes -P, -ed)
+// against D16 alone, on every v7 case in both schemes; the same bound row (only an fp32
+// accumulation order changes), so it applies where D16 does.
+TEST(wy_tc, UXPassesOracle) {
+  for_each_v7_case_in_both_schemes(
+      790, [](const std::string& name, const check::Case& c, const std::string& prec) {
+        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", "1"}}, {"GDN_WYTC_UX", "1"},
+                            "half-u16-d16", &check::wy_tc_d16);
       });
 }
 
