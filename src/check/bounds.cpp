@@ -92,14 +92,15 @@ const FoldPrecision kTable[] = {
      kSqrt2 * kF16, kSqrt2 * kF16, kF32,
      "half-u16 with eq folded into an fp16 q tile (OS) and ed into an fp16 k tile (ST, Vn "
      "unsplit); not used by any kernel (r69 measured it slower: per-value-head tiles)"},
-    // wy-tc, half-u16 with ST as one fp16 product (D16, session 22; selected by wy_tc_d16, the
-    // opt-in GDN_WYTC_D16=1): D = Vn diag(ed) rounded once to fp16 (no bf16 hi + lo split), K^T
-    // the bf16 k converted to fp16 (exact in the half domain, as Q in the half row):
+    // wy-tc, half-u16 with ST as one fp16 product (D16, session 22; selected by wy_tc_d16: the
+    // default where half-u16 runs since r70, GDN_WYTC_D16=0 off): D = Vn diag(ed) rounded once to
+    // fp16 (no bf16 hi + lo split), K^T the bf16 k converted to fp16 (exact in the half domain,
+    // as Q in the half row):
     //   u_st  2^-11         D fp16 single, K exact
     // Every other entry as half-u16. eq stays an fp32 scaling of O^T, ed of Vn^T, so no tile
     // changes its range; D's range is Vn's (|ed| <= 1 / |k|, 1 without the in-kernel norm).
     {Arm::wy_tc, "half-u16-d16", 64, kF32, 0, kSplit, kSqrt3 * kF16, kF16, kF16, kSqrt2 * kF16,
-     kF32, "half-u16 with D = Vn diag(ed) fp16 single and K^T in fp16 in ST (GDN_WYTC_D16=1)"},
+     kF32, "half-u16 with D = Vn diag(ed) fp16 single and K^T in fp16 in ST"},
 };
 
 double unit_roundoff(DType d) {
@@ -158,7 +159,7 @@ bool wy_tc_u16(const Case& c) {
 
 bool wy_tc_d16(const Case& c) {
   const char* e = std::getenv("GDN_WYTC_D16");
-  return e && std::strcmp(e, "1") == 0 && wy_tc_u16(c);
+  return !(e && std::strcmp(e, "0") == 0) && wy_tc_u16(c);
 }
 
 const FoldPrecision& fold_precision(Arm arm, WyTcScheme scheme) {

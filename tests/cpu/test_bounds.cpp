@@ -182,7 +182,12 @@ TEST(Bounds, WyTcHalfSchemeRule) {
   f32out.out_dtype = DType::f32;
   const Case cf32out = make_case(f32out, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf32out));  // auto: fp32 o keeps the split scheme
-  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
+  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16-d16:"),
+            std::string::npos);
+  {
+    ScopedEnv env("GDN_WYTC_D16", "0");  // ST's D split again: the half-u16 row
+    EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
+  }
   {
     ScopedEnv env("GDN_WYTC_U16", "0");  // U kept in fp32: the half row
     EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half:"), std::string::npos);
@@ -248,6 +253,7 @@ TEST(Bounds, HalfRowDominatesSplitRow) {
 // reached the bound).
 TEST(Bounds, HalfU16RowAddsTheURounding) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  ScopedEnv no_d16("GDN_WYTC_D16", "0");  // the half-u16 row itself (half-u16-d16: below)
   const FoldPrecision &h = fold_precision(Arm::wy_tc, WyTcScheme::half),
                       &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16);
   EXPECT_STREQ(hu.scheme, "half-u16");
@@ -300,13 +306,12 @@ TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
   }
 }
 
-// The half-u16-d16 row (session 22, GDN_WYTC_D16=1): half-u16 with ST charged one fp16 rounding
-// (D single, K exact); every other entry is half-u16's. derive_bound names it exactly where the
-// opt-in meets the half-u16 rule (wy_tc_d16), never without the opt-in, and it then lies between
-// the half-u16 and the folded rows' bounds.
+// The half-u16-d16 row (session 22; the default where half-u16 runs since r70): half-u16 with ST
+// charged one fp16 rounding (D single, K exact); every other entry is half-u16's. derive_bound
+// names it exactly where the half-u16 rule holds (wy_tc_d16), never with GDN_WYTC_D16=0, and it
+// then lies between the half-u16 and the folded rows' bounds.
 TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
-  ScopedEnv no_d16("GDN_WYTC_D16", nullptr);
   const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
                       &d = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_d16),
                       &f = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_folded);
@@ -321,16 +326,18 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   EXPECT_EQ(d.u_op, hu.u_op);
   EXPECT_EQ(d.u_kk, hu.u_kk);
   EXPECT_EQ(d.u_solve, hu.u_solve);
-  int i = 0;
-  for (const CaseSpec& sp : fixture_set()) {
-    const Case c = make_case(sp, kSeed + i++);
-    EXPECT_FALSE(wy_tc_d16(c)) << sp.name();
-    const Bound b = derive_bound(Arm::wy_tc, c);
-    EXPECT_EQ(b.formula.find("d16"), std::string::npos) << sp.name() << ": " << b.formula;
+  {
+    ScopedEnv off("GDN_WYTC_D16", "0");
+    int i = 0;
+    for (const CaseSpec& sp : fixture_set()) {
+      const Case c = make_case(sp, kSeed + i++);
+      EXPECT_FALSE(wy_tc_d16(c)) << sp.name();
+      const Bound b = derive_bound(Arm::wy_tc, c);
+      EXPECT_EQ(b.formula.find("d16"), std::string::npos) << sp.name() << ": " << b.formula;
+    }
   }
-  ScopedEnv on("GDN_WYTC_D16", "1");
-  int n_d16 = 0;
-  i = 0;
+  ScopedEnv dflt("GDN_WYTC_D16", nullptr);
+  int n_d16 = 0, i = 0;
   for (const CaseSpec& sp : fixture_set()) {
     const Case c = make_case(sp, kSeed + i++);
     const bool u16 = wy_tc_u16(c);

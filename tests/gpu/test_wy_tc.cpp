@@ -368,8 +368,8 @@ TEST(wy_tc, U16PassesOracle) {
       });
 }
 
-// A state-pass variant switched on by environment `on` (D16, UX) against the run without it
-// (environment `base` set in both), on one case: the oracle passes with the derived bound, whose
+// A state-pass variant switched on by environment `on` (a value, or nullptr: unset, the default)
+// against the run with environment `base` only, on one case: the oracle passes with the derived bound, whose
 // formula names `row` exactly where `applies` says, and the harness's negative control fails it;
 // two runs are equal bit for bit, and so are the overlapped passes and the paired-slice blocks
 // (forced; where they cannot run the same path runs); where the variant applies o differs from
@@ -420,24 +420,13 @@ void check_state_variant(const std::string& name, const check::Case& c, const st
   }
 }
 
-// D16 (GDN_WYTC_D16=1, session 22: ST as one fp16 product, D = Vn^T diag(ed) rounded once to
-// fp16 times K^T converted to fp16 by the chunk kernel) against the default, on every v7 case in
-// both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
+// D16 (session 22, the default with fp16 U since r70: ST as one fp16 product, D = Vn^T diag(ed)
+// rounded once to fp16 times K^T converted to fp16 by the chunk kernel) against GDN_WYTC_D16=0,
+// on every v7 case in both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
 TEST(wy_tc, D16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       760, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        check_state_variant(name, c, prec, {}, {"GDN_WYTC_D16", "1"}, "half-u16-d16",
-                            &check::wy_tc_d16);
-      });
-}
-
-// UX (GDN_WYTC_UX=1 with D16: X's accumulator starts at -U^T; the chunk kernel writes -P, -ed)
-// against D16 alone, on every v7 case in both schemes; the same bound row (only an fp32
-// accumulation order changes), so it applies where D16 does.
-TEST(wy_tc, UXPassesOracle) {
-  for_each_v7_case_in_both_schemes(
-      790, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", "1"}}, {"GDN_WYTC_UX", "1"},
+        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", "0"}}, {"GDN_WYTC_D16", nullptr},
                             "half-u16-d16", &check::wy_tc_d16);
       });
 }

@@ -243,8 +243,6 @@ struct Workspace {
   // and u, gc, eq, ed are unchanged. Same tile layouts, 2-byte elements.
   // K16 (ChunkParams::k16, U16 only; bound row half-u16-d16, docs/bounds.md): kh holds K^T
   // converted to fp16 as qh holds Q (exact inside gdn::kWyTcHalfMaxQK), still per key head.
-  // NegPE (ChunkParams::neg_pe, with K16): ph holds -P and ed -ed (exact negations) for the UX
-  // state pass, whose X accumulator yields -Vn^T.
   // U16 (ChunkParams::u16, half format only): U rounded once to fp16 from its fp32 accumulator,
   // [NC, HV, C, V] halves in the first half of u's bytes, the same element order (ws_u order:
   // a lane's four values of an n-tile are one 8-byte piece instead of one float4).
@@ -285,7 +283,6 @@ struct ChunkParams {
   bool half_ws;   // exact format with fp16 W, P, Q (the half scheme; v7 only; see Workspace)
   bool u16;       // half format with U stored as fp16 (v7 only; see Workspace)
   bool k16;       // U16 with K^T converted to fp16 (v7 only; see Workspace)
-  bool neg_pe;    // K16 with P and ed written negated (v7 only; see Workspace)
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
@@ -997,7 +994,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     sS[r] = sB[r] * sE[r] * sRk[r];
     if (p.exact_ws) {
       p.ws.eq[base * C + r] = p.scale * sE[r] * sRq[r];
-      p.ws.ed[base * C + r] = p.neg_pe ? -sD[r] : sD[r];
+      p.ws.ed[base * C + r] = sD[r];
     }
   }
   if (tid == 0) p.ws.gc[base] = sG[C - 1];
@@ -1044,7 +1041,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     for (int r = 0; r < 2; ++r) {
       const int i = m0 + acc_row(2 * r);
       gi2[r] = sG[i], ri2[r] = sB[i] * sRk[i], rq2[r] = p.scale * sRq[i];
-      if (p.neg_pe) rq2[r] = -rq2[r];  // -P (NegPE): an exact negation of every product
     }
 #pragma unroll
     for (int nt = 0; nt < C / 8; ++nt) {
@@ -1430,12 +1426,13 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // D16 (session 22; Workspace K16; bound row half-u16-d16, docs/bounds.md): the state update as
   // ONE fp16 product, D = Vn^T diag(ed) rounded once to fp16 times K^T converted to fp16 (exact in
   // the half domain), instead of D split bf16 hi + lo times the bf16 K^T (two products). The same
-  // workspace bytes; the state pass loses D's lo half and one of ST's products.
-  // GDN_WYTC_D16=1 opts in (an experiment until measured).
-  const bool d16 = u16 && env_is("GDN_WYTC_D16", "1");
-  // UX (session 22, with D16; Workspace NegPE): X's accumulator starts at -U^T, so the state
-  // pass's chain drops the U^T - X subtraction. GDN_WYTC_UX=1 with GDN_WYTC_D16=1 (experiment).
-  const bool ux = d16 && env_is("GDN_WYTC_UX", "1");
+  // workspace bytes; the state pass loses D's lo half and one of ST's products. The default with
+  // fp16 U since r70 (8c754c3, H100, one process image, ms default / D16): 27b T = 4096 0.2325 /
+  // 0.2304 -> 0.2255 / 0.2256, qwen3-next T = 32768 1.265 / 1.267 -> 1.225 / 1.224, 27b T = 32768
+  // 1.615 / 1.600 -> 1.602 / 1.601, 8 x 4096 1.629 / 1.628 -> 1.627 / 1.629; the state pass at
+  // T = 4096 99.9 -> 92.5 us. Cost: the final state's error 2.17e-4 -> 3.10e-4 at 27b T = 32768
+  // (o 1.699e-3 -> 1.703e-3). GDN_WYTC_D16=0 keeps the split D.
+  const bool d16 = u16 && !env_is("GDN_WYTC_D16", "0");
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
@@ -1515,7 +1512,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.half_ws = half;
     cp.u16 = u16;
     cp.k16 = d16;
-    cp.neg_pe = ux;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
@@ -1619,10 +1615,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     };
     constexpr int kOB = static_cast<int>(kEs);  // v9's o staging sized for the o dtype
     if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
-      if (pair && ux)
-        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true, true>,
-                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, D16, UX) launch", 2);
       if (pair && d16)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true>,
                   StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
@@ -1632,10 +1624,6 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                   StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
                   "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
     }
-    if (ux)
-      return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true, true>,
-                StateSmemWg<K, V, true, true, true, kOB>::bytes,
-                "wy_tc_state_kernel_wg9 (half, fp16 U, D16, UX) launch");
     if (d16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true>,
                 StateSmemWg<K, V, true, true, true, kOB>::bytes,

@@ -127,20 +127,17 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // warpgroups read slice 0's U (must differ).
 // kD16 (fp16 U only; Workspace K16, bound row half-u16-d16): ST as ONE fp16 product, D = Vn^T
 // diag(ed) rounded once to fp16 times the fp16 K^T, instead of D's bf16 hi + lo split times the
-// bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D.
-// kUX (with kD16; Workspace NegPE): X's accumulator starts at -U^T (read before X is issued), so
-// X leaves -Vn^T = S^T W^T - U^T in it and the chain loses the U^T - X subtraction; the chunk
-// kernel wrote P and ed negated, so OP = (-Vn^T)(-P^T) and D = (-Vn^T) diag(-ed) need no sign
-// work. Only the fp32 accumulation order of U^T - X changes (U first, then the products).
+// bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D. The default
+// with fp16 U since session 22 (r70, H100: this pass 99.9 -> 92.5 us at T = 4096, 17.0 M -> 15.2 M
+// instructions; 254 registers against 236, no spills).
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
-          bool kD16 = false, bool kUX = false>
+          bool kD16 = false>
 __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
   static_assert(V % VS == 0 && VS == 64 && SCfg::kThreads == 128, "one warpgroup = 64 rows of S^T");
   static_assert(kNS == 1 || (kHalf && kU16 && sizeof(TOut) == 2 && V == 2 * VS), "paired slices");
   static_assert(!kD16 || (kHalf && kU16), "D16: fp16 U");
-  static_assert(!kUX || kD16, "UX: with D16");
   using Sm = StateSmemWg<K, V, true, kHalf, kU16, static_cast<int>(sizeof(TOut)), kNS>;
   constexpr int NBUF = Sm::NBUF;
   static_assert(NBUF == 2, "buffer = chunk parity");
@@ -249,17 +246,14 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
       wg_stage_o<TOut, Sm>(ot, smem_wg);
     }
     cuda::mbar_wait(&bar[b], parity);  // tiles A of this chunk
-    using UPiece = std::conditional_t<kU16, uint2, float4>;  // a lane's four U values
-    const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + u_off);
     float xw[C / 8][4];
-    if constexpr (kUX) wg_neg_u(xw, sU, warp, lane);  // X accumulates onto -U^T
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {  // X(c)
       const unsigned kofs = ks * C * 2;  // ks * C * 32 bytes
       const std::uint64_t wh = wg9_desc(dWh + kofs);
       if constexpr (kHalf) {
-        if (ks == 0 && !kUX) wg::wgmma_n64<0, true>(xw, ah[ks], wh);
+        if (ks == 0) wg::wgmma_n64<0, true>(xw, ah[ks], wh);
         else wg::wgmma_n64<1, true>(xw, ah[ks], wh);
       } else {
         const std::uint64_t wl = wg9_desc(dWl + kofs);
@@ -294,15 +288,10 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     wg::commit();
     wg::wait<1>();  // X(c) done (OS(c) may run)
     wg::keep(xw);
-    float vn[C / 8][4];  // Vn^T = U^T - S^T W^T (kUX: -Vn^T, X's accumulator itself)
-    if constexpr (kUX) {
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) vn[nt][e] = xw[nt][e];
-    } else {
-      wg_vn(vn, xw, sU, warp, lane);
-    }
+    using UPiece = std::conditional_t<kU16, uint2, float4>;  // a lane's four U values
+    const UPiece* sU = reinterpret_cast<const UPiece*>(smem_wg + b * Sm::kStrideA + u_off);
+    float vn[C / 8][4];  // Vn^T = U^T - S^T W^T
+    wg_vn(vn, xw, sU, warp, lane);
     cuda::mbar_wait(&bar[NBUF + b], parity);  // tiles B of this chunk (ed)
     std::uint32_t dh[C / 16][4], dl[kD16 ? 1 : C / 16][4];  // D (kD16: fp16, dh only)
     {

@@ -299,17 +299,6 @@ __device__ __forceinline__ void wg_vn(float (&vn)[Cfg::kChunk / 8][4],
     vn[nt][3] = u4.w - xw[nt][3];
   }
 }
-// -U^T in the accumulator layout (wg_vn's order): the starting value of X's accumulator in the
-// UX pass (wy_tc_state_wg9.cuh), which then holds -Vn^T = S^T W^T - U^T when X completes.
-template <typename UPiece>
-__device__ __forceinline__ void wg_neg_u(float (&d)[Cfg::kChunk / 8][4], const UPiece* sU,
-                                         int warp, int lane) {
-#pragma unroll
-  for (int nt = 0; nt < Cfg::kChunk / 8; ++nt) {
-    const float4 u4 = u_piece(sU[nt * 128 + warp * 32 + lane]);
-    d[nt][0] = -u4.x, d[nt][1] = -u4.y, d[nt][2] = -u4.z, d[nt][3] = -u4.w;
-  }
-}
 // dst = src diag(vec): accumulator columns (tokens) scaled by a per-token fp32 vector in shared
 // memory (eq, ed); dst may be src.
 __device__ __forceinline__ void wg_scale_cols(float (&dst)[Cfg::kChunk / 8][4],
