@@ -182,11 +182,11 @@ TEST(Bounds, WyTcHalfSchemeRule) {
   f32out.out_dtype = DType::f32;
   const Case cf32out = make_case(f32out, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf32out));  // auto: fp32 o keeps the split scheme
-  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16-d16:"),
-            std::string::npos);
+  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
   {
-    ScopedEnv env("GDN_WYTC_D16", "0");  // ST's D split again: the half-u16 row
-    EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
+    ScopedEnv env("GDN_WYTC_D16", "1");  // ST as one fp16 product: the half-u16-d16 row
+    EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16-d16:"),
+              std::string::npos);
   }
   {
     ScopedEnv env("GDN_WYTC_U16", "0");  // U kept in fp32: the half row
@@ -306,10 +306,10 @@ TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
   }
 }
 
-// The half-u16-d16 row (session 22; the default where half-u16 runs since r70): half-u16 with ST
-// charged one fp16 rounding (D single, K exact); every other entry is half-u16's. derive_bound
-// names it exactly where the half-u16 rule holds (wy_tc_d16), never with GDN_WYTC_D16=0, and it
-// then lies between the half-u16 and the folded rows' bounds.
+// The half-u16-d16 row (session 22; opt-in GDN_WYTC_D16=1): half-u16 with ST charged one fp16
+// rounding (D single, K exact); every other entry is half-u16's. derive_bound names it exactly
+// where the opt-in meets the half-u16 rule (wy_tc_d16), never without it, and it then lies
+// between the half-u16 and the folded rows' bounds.
 TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
   const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
@@ -327,7 +327,7 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   EXPECT_EQ(d.u_kk, hu.u_kk);
   EXPECT_EQ(d.u_solve, hu.u_solve);
   {
-    ScopedEnv off("GDN_WYTC_D16", "0");
+    ScopedEnv off("GDN_WYTC_D16", nullptr);
     int i = 0;
     for (const CaseSpec& sp : fixture_set()) {
       const Case c = make_case(sp, kSeed + i++);
@@ -336,7 +336,7 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
       EXPECT_EQ(b.formula.find("d16"), std::string::npos) << sp.name() << ": " << b.formula;
     }
   }
-  ScopedEnv dflt("GDN_WYTC_D16", nullptr);
+  ScopedEnv dflt("GDN_WYTC_D16", "1");
   int n_d16 = 0, i = 0;
   for (const CaseSpec& sp : fixture_set()) {
     const Case c = make_case(sp, kSeed + i++);

@@ -420,13 +420,13 @@ void check_state_variant(const std::string& name, const check::Case& c, const st
   }
 }
 
-// D16 (session 22, the default with fp16 U since r70: ST as one fp16 product, D = Vn^T diag(ed)
-// rounded once to fp16 times K^T converted to fp16 by the chunk kernel) against GDN_WYTC_D16=0,
-// on every v7 case in both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
+// D16 (session 22, GDN_WYTC_D16=1: ST as one fp16 product, D = Vn^T diag(ed) rounded once to
+// fp16 times K^T converted to fp16 by the chunk kernel) against the default, on every v7 case in
+// both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
 TEST(wy_tc, D16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       760, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", "0"}}, {"GDN_WYTC_D16", nullptr},
+        check_state_variant(name, c, prec, {}, {"GDN_WYTC_D16", "1"},
                             "half-u16-d16", &check::wy_tc_d16);
       });
 }
