@@ -158,6 +158,7 @@ using cputest::small_spec;
 
 TEST(Bounds, WyTcHalfSchemeRule) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  ScopedEnv no_u16_switch("GDN_WYTC_U16", nullptr), no_d16("GDN_WYTC_D16", nullptr);  // defaults
   const Case base = make_case(small_spec(), kSeed);
   EXPECT_TRUE(wy_tc_half_scheme(base));
   auto with = [&](auto edit) {
@@ -253,7 +254,8 @@ TEST(Bounds, HalfRowDominatesSplitRow) {
 // reached the bound).
 TEST(Bounds, HalfU16RowAddsTheURounding) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
-  ScopedEnv no_d16("GDN_WYTC_D16", "0");  // the half-u16 row itself (half-u16-d16: below)
+  ScopedEnv no_d16("GDN_WYTC_D16", nullptr);  // the half-u16 row itself (half-u16-d16: below)
+  ScopedEnv u16_default("GDN_WYTC_U16", nullptr);  // switched off below, per case
   const FoldPrecision &h = fold_precision(Arm::wy_tc, WyTcScheme::half),
                       &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16);
   EXPECT_STREQ(hu.scheme, "half-u16");
@@ -312,6 +314,7 @@ TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
 // between the half-u16 and the folded rows' bounds.
 TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
+  ScopedEnv u16_default("GDN_WYTC_U16", nullptr);
   const FoldPrecision &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16),
                       &d = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_d16),
                       &f = fold_precision(Arm::wy_tc, WyTcScheme::half_u16_folded);
@@ -327,7 +330,7 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   EXPECT_EQ(d.u_kk, hu.u_kk);
   EXPECT_EQ(d.u_solve, hu.u_solve);
   {
-    ScopedEnv off("GDN_WYTC_D16", nullptr);
+    ScopedEnv not_asked("GDN_WYTC_D16", nullptr);  // the default: no D16
     int i = 0;
     for (const CaseSpec& sp : fixture_set()) {
       const Case c = make_case(sp, kSeed + i++);
@@ -336,7 +339,7 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
       EXPECT_EQ(b.formula.find("d16"), std::string::npos) << sp.name() << ": " << b.formula;
     }
   }
-  ScopedEnv dflt("GDN_WYTC_D16", "1");
+  ScopedEnv asked("GDN_WYTC_D16", "1");
   int n_d16 = 0, i = 0;
   for (const CaseSpec& sp : fixture_set()) {
     const Case c = make_case(sp, kSeed + i++);

@@ -426,7 +426,7 @@ void check_state_variant(const std::string& name, const check::Case& c, const st
 TEST(wy_tc, D16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       760, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        check_state_variant(name, c, prec, {}, {"GDN_WYTC_D16", "1"},
+        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", nullptr}}, {"GDN_WYTC_D16", "1"},
                             "half-u16-d16", &check::wy_tc_d16);
       });
 }
