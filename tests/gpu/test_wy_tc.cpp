@@ -369,12 +369,12 @@ TEST(wy_tc, U16PassesOracle) {
 }
 
 // A state-pass variant switched on by environment `on` (a value, or nullptr: unset, the default)
-// against the run with environment `base` only, on one case: the oracle passes with the derived bound, whose
-// formula names `row` exactly where `applies` says, and the harness's negative control fails it;
-// two runs are equal bit for bit, and so are the overlapped passes and the paired-slice blocks
-// (forced; where they cannot run the same path runs); where the variant applies o differs from
-// the base run's in some bits (the switch took effect) and o / the state stay within 1e-2 / 1e-3
-// of it; where it does not (split) the switch changes nothing.
+// against the run with environment `base` only, on one case: the oracle passes with the derived
+// bound, whose formula names `row` exactly where `applies` says, and the harness's negative
+// control fails it; two runs are equal bit for bit, and so are the overlapped passes and the
+// paired-slice blocks (forced; where they cannot run the same path runs); where the variant
+// applies o differs from the base run's in some bits (the switch took effect) and o / the state
+// stay within 1e-2 / 1e-3 of it; where it does not (split) the switch changes nothing.
 void check_state_variant(const std::string& name, const check::Case& c, const std::string& prec,
                          const std::vector<std::pair<const char*, const char*>>& base,
                          const std::pair<const char*, const char*>& on, const std::string& row,
