@@ -93,7 +93,7 @@ const FoldPrecision kTable[] = {
      "half-u16 with eq folded into an fp16 q tile (OS) and ed into an fp16 k tile (ST, Vn "
      "unsplit); not used by any kernel (r69 measured it slower: per-value-head tiles)"},
     // wy-tc, half-u16 with ST as one fp16 product (D16, session 22; selected by wy_tc_d16: the
-    // opt-in GDN_WYTC_D16=1 where half-u16 runs; measured in r70): D = Vn diag(ed) rounded once to
+    // default where half-u16 runs since r70, GDN_WYTC_D16=0 off): D = Vn diag(ed) rounded once to
     // fp16 (no bf16 hi + lo split), K^T the bf16 k converted to fp16 (exact in the half domain,
     // as Q in the half row):
     //   u_st  2^-11         D fp16 single, K exact
@@ -159,7 +159,7 @@ bool wy_tc_u16(const Case& c) {
 
 bool wy_tc_d16(const Case& c) {
   const char* e = std::getenv("GDN_WYTC_D16");
-  return e && std::strcmp(e, "1") == 0 && wy_tc_u16(c);
+  return !(e && std::strcmp(e, "0") == 0) && wy_tc_u16(c);
 }
 
 const FoldPrecision& fold_precision(Arm arm, WyTcScheme scheme) {

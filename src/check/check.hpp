@@ -95,7 +95,7 @@ bool wy_tc_half_scheme(const Case& c);
 // The half scheme with U stored in fp16 between the passes: the library's rule (wy_tc.cu), half
 // unless GDN_WYTC_U16=0.
 bool wy_tc_u16(const Case& c);
-// D16 (wy_tc.cu; opt-in, measured in r70): GDN_WYTC_D16=1 and wy_tc_u16.
+// D16 (wy_tc.cu; the default with fp16 U since session 22): wy_tc_u16 unless GDN_WYTC_D16=0.
 bool wy_tc_d16(const Case& c);
 
 // Per-fold unit roundoffs of an arm (the ONE table, in bounds.cpp; an arm author changes their

@@ -183,11 +183,11 @@ TEST(Bounds, WyTcHalfSchemeRule) {
   f32out.out_dtype = DType::f32;
   const Case cf32out = make_case(f32out, kSeed);
   EXPECT_FALSE(wy_tc_half_scheme(cf32out));  // auto: fp32 o keeps the split scheme
-  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
+  EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16-d16:"),
+            std::string::npos);
   {
-    ScopedEnv env("GDN_WYTC_D16", "1");  // ST as one fp16 product: the half-u16-d16 row
-    EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16-d16:"),
-              std::string::npos);
+    ScopedEnv env("GDN_WYTC_D16", "0");  // ST's D split again: the half-u16 row
+    EXPECT_NE(derive_bound(Arm::wy_tc, base).formula.find("wy-tc half-u16:"), std::string::npos);
   }
   {
     ScopedEnv env("GDN_WYTC_U16", "0");  // U kept in fp32: the half row
@@ -254,7 +254,7 @@ TEST(Bounds, HalfRowDominatesSplitRow) {
 // reached the bound).
 TEST(Bounds, HalfU16RowAddsTheURounding) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
-  ScopedEnv no_d16("GDN_WYTC_D16", nullptr);  // the half-u16 row itself (half-u16-d16: below)
+  ScopedEnv no_d16("GDN_WYTC_D16", "0");  // the half-u16 row itself (half-u16-d16: below)
   ScopedEnv u16_default("GDN_WYTC_U16", nullptr);  // switched off below, per case
   const FoldPrecision &h = fold_precision(Arm::wy_tc, WyTcScheme::half),
                       &hu = fold_precision(Arm::wy_tc, WyTcScheme::half_u16);
@@ -308,10 +308,10 @@ TEST(Bounds, FoldedRowIsHalfU16WithTwoFp16RoundingsInStAndOs) {
   }
 }
 
-// The half-u16-d16 row (session 22; opt-in GDN_WYTC_D16=1): half-u16 with ST charged one fp16
-// rounding (D single, K exact); every other entry is half-u16's. derive_bound names it exactly
-// where the opt-in meets the half-u16 rule (wy_tc_d16), never without it, and it then lies
-// between the half-u16 and the folded rows' bounds.
+// The half-u16-d16 row (session 22; the default where half-u16 runs since r70): half-u16 with ST
+// charged one fp16 rounding (D single, K exact); every other entry is half-u16's. derive_bound
+// names it exactly where the half-u16 rule holds (wy_tc_d16), never with GDN_WYTC_D16=0, and it
+// then lies between the half-u16 and the folded rows' bounds.
 TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   ScopedEnv unset("GDN_WYTC_PRECISION", nullptr);
   ScopedEnv u16_default("GDN_WYTC_U16", nullptr);
@@ -330,7 +330,7 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
   EXPECT_EQ(d.u_kk, hu.u_kk);
   EXPECT_EQ(d.u_solve, hu.u_solve);
   {
-    ScopedEnv not_asked("GDN_WYTC_D16", nullptr);  // the default: no D16
+    ScopedEnv off("GDN_WYTC_D16", "0");
     int i = 0;
     for (const CaseSpec& sp : fixture_set()) {
       const Case c = make_case(sp, kSeed + i++);
@@ -339,7 +339,7 @@ TEST(Bounds, D16RowIsHalfU16WithOneFp16RoundingInSt) {
       EXPECT_EQ(b.formula.find("d16"), std::string::npos) << sp.name() << ": " << b.formula;
     }
   }
-  ScopedEnv asked("GDN_WYTC_D16", "1");
+  ScopedEnv dflt("GDN_WYTC_D16", nullptr);
   int n_d16 = 0, i = 0;
   for (const CaseSpec& sp : fixture_set()) {
     const Case c = make_case(sp, kSeed + i++);

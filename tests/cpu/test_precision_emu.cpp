@@ -280,12 +280,12 @@ TEST(PrecisionEmu, ScalingsFoldedIntoTiles) {
   }
 }
 
-// D16 (session 22, GDN_WYTC_D16=1 on the GPU): ST as one fp16 product, D = diag(ed) Vn rounded
-// once to fp16 (st_Vn=fp16) times K^T in fp16 (st_K=fp16), emulated on HU. Within the
-// half-u16-d16 row's derived bound, which is looser than half-u16's and tighter than the folded
-// row's; the state changes (the rounding was applied) and stays inside #5's 1e-3. Negative
-// control: D in bf16 single (st_Vn=bf16) costs more than 3x D16's state error on the bench's
-// inputs, so the comparison sees which rounding ST takes.
+// D16 (session 22; the GPU default with fp16 U since session 23, GDN_WYTC_D16=0 off): ST as one
+// fp16 product, D = diag(ed) Vn rounded once to fp16 (st_Vn=fp16) times K^T in fp16
+// (st_K=fp16), emulated on HU. Within the half-u16-d16 row's derived bound, which is looser than
+// half-u16's and tighter than the folded row's; the state changes (the rounding was applied) and
+// stays inside #5's 1e-3. Negative control: D in bf16 single (st_Vn=bf16) costs more than 3x
+// D16's state error on the bench's inputs, so the comparison sees which rounding ST takes.
 TEST(PrecisionEmu, D16WithinItsDerivedBound) {
   const std::vector<pe::Scheme> all = pe::study_schemes();
   pe::Scheme hu, hud, hudb;

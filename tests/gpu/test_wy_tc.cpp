@@ -369,12 +369,12 @@ TEST(wy_tc, U16PassesOracle) {
 }
 
 // A state-pass variant switched on by environment `on` (a value, or nullptr: unset, the default)
-// against the run with environment `base` only, on one case: the oracle passes with the derived
-// bound, whose formula names `row` exactly where `applies` says, and the harness's negative
-// control fails it; two runs are equal bit for bit, and so are the overlapped passes and the
-// paired-slice blocks (forced; where they cannot run the same path runs); where the variant
-// applies o differs from the base run's in some bits (the switch took effect) and o / the state
-// stay within 1e-2 / 1e-3 of it; where it does not (split) the switch changes nothing.
+// against the run with environment `base` only, on one case: the oracle passes with the derived bound, whose
+// formula names `row` exactly where `applies` says, and the harness's negative control fails it;
+// two runs are equal bit for bit, and so are the overlapped passes and the paired-slice blocks
+// (forced; where they cannot run the same path runs); where the variant applies o differs from
+// the base run's in some bits (the switch took effect) and o / the state stay within 1e-2 / 1e-3
+// of it; where it does not (split) the switch changes nothing.
 void check_state_variant(const std::string& name, const check::Case& c, const std::string& prec,
                          const std::vector<std::pair<const char*, const char*>>& base,
                          const std::pair<const char*, const char*>& on, const std::string& row,
@@ -420,13 +420,13 @@ void check_state_variant(const std::string& name, const check::Case& c, const st
   }
 }
 
-// D16 (session 22, GDN_WYTC_D16=1: ST as one fp16 product, D = Vn^T diag(ed) rounded once to
-// fp16 times K^T converted to fp16 by the chunk kernel) against the default, on every v7 case in
-// both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
+// D16 (session 22, the default with fp16 U since r70: ST as one fp16 product, D = Vn^T diag(ed)
+// rounded once to fp16 times K^T converted to fp16 by the chunk kernel) against GDN_WYTC_D16=0,
+// on every v7 case in both schemes; its bound row is half-u16-d16 (check::wy_tc_d16).
 TEST(wy_tc, D16PassesOracle) {
   for_each_v7_case_in_both_schemes(
       760, [](const std::string& name, const check::Case& c, const std::string& prec) {
-        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", nullptr}}, {"GDN_WYTC_D16", "1"},
+        check_state_variant(name, c, prec, {{"GDN_WYTC_D16", "0"}}, {"GDN_WYTC_D16", nullptr},
                             "half-u16-d16", &check::wy_tc_d16);
       });
 }

@@ -802,8 +802,8 @@ int run_bench(const BenchOptions& opt) {
       j["wy_tc_precision"] = prec && *prec ? prec : "auto";
       const char* u16 = std::getenv("GDN_WYTC_U16");  // half scheme: U in fp16 unless "0"
       j["wy_tc_u16"] = !(u16 && std::string(u16) == "0");
-      const char* d16 = std::getenv("GDN_WYTC_D16");  // fp16 U: ST as one fp16 product if "1"
-      j["wy_tc_d16"] = d16 && std::string(d16) == "1";
+      const char* d16 = std::getenv("GDN_WYTC_D16");  // fp16 U: ST as one fp16 product unless "0"
+      j["wy_tc_d16"] = !(d16 && std::string(d16) == "0");
       // varlen groups (several sequences): "0" off (the default), n groups, "negctl"
       const char* vg = std::getenv("GDN_WYTC_VGROUPS");
       j["wy_tc_vgroups"] = vg && *vg ? vg : "0";

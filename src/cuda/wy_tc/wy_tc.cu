@@ -1426,14 +1426,13 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // D16 (session 22; Workspace K16; bound row half-u16-d16, docs/bounds.md): the state update as
   // ONE fp16 product, D = Vn^T diag(ed) rounded once to fp16 times K^T converted to fp16 (exact in
   // the half domain), instead of D split bf16 hi + lo times the bf16 K^T (two products). The same
-  // workspace bytes; the state pass loses D's lo half and one of ST's products. Opt-in,
-  // GDN_WYTC_D16=1: r70 (8c754c3, H100, one process image, ms default / D16): 27b T = 4096 0.2325 /
+  // workspace bytes; the state pass loses D's lo half and one of ST's products. The default with
+  // fp16 U since r70 (8c754c3, H100, one process image, ms default / D16): 27b T = 4096 0.2325 /
   // 0.2304 -> 0.2255 / 0.2256, qwen3-next T = 32768 1.265 / 1.267 -> 1.225 / 1.224, 27b T = 32768
   // 1.615 / 1.600 -> 1.602 / 1.601, 8 x 4096 1.629 / 1.628 -> 1.627 / 1.629; the state pass at
   // T = 4096 99.9 -> 92.5 us. Cost: the final state's error 2.17e-4 -> 3.10e-4 at 27b T = 32768
-  // (o 1.699e-3 -> 1.703e-3). Not yet the default: the library with it switched on by default
-  // has not run its GPU suite (session 22 got no device for it).
-  const bool d16 = u16 && env_is("GDN_WYTC_D16", "1");
+  // (o 1.699e-3 -> 1.703e-3). GDN_WYTC_D16=0 keeps the split D.
+  const bool d16 = u16 && !env_is("GDN_WYTC_D16", "0");
   // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
   // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
   // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4

@@ -127,8 +127,8 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // warpgroups read slice 0's U (must differ).
 // kD16 (fp16 U only; Workspace K16, bound row half-u16-d16): ST as ONE fp16 product, D = Vn^T
 // diag(ed) rounded once to fp16 times the fp16 K^T, instead of D's bf16 hi + lo split times the
-// bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D. Opt-in with
-// fp16 U (GDN_WYTC_D16=1; r70, H100: this pass 99.9 -> 92.5 us at T = 4096, 17.0 M -> 15.2 M
+// bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D. The default
+// with fp16 U since session 22 (r70, H100: this pass 99.9 -> 92.5 us at T = 4096, 17.0 M -> 15.2 M
 // instructions; 254 registers against 236, no spills).
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
           bool kD16 = false>
