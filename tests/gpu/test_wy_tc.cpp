@@ -305,15 +305,19 @@ template <typename Fn> void for_each_v7_case_in_both_schemes(int seed, Fn fn) {
 }
 
 // v7's k-step loops rolled (the default since r40) or unrolled (GDN_WYTC_CHUNK=v7u, the form
-// before): the same operations in the same order, so o and hT are bit for bit equal on every v7
-// case, in both operand schemes (the default half, and split). (r39 ran this comparison with the
-// roles swapped, v7r against the unrolled default: equal.)
+// before), and its W / U mma interleaved across accumulators (the default since session 23) or
+// in sequence (GDN_WYTC_CHUNK=v7s): the same operations in the same order per accumulator, so o
+// and hT are bit for bit equal on every v7 case, in both operand schemes (the default half, and
+// split). (r39 ran this comparison with the roles swapped, v7r against the unrolled default:
+// equal.) That the variant names reach the kernel is shown by v7neg (ChunkV7NegativeControlFails).
 TEST(wy_tc, ChunkV7RolledEqualsUnrolledBitForBit) {
   for_each_v7_case_in_both_schemes(
       650, [](const std::string& name, const check::Case& c, const std::string& prec) {
         const check::ArmOutput rolled = check::run_arm(Arm::wy_tc, c, true);
         const check::ArmOutput unrolled = run_chunk_variant(c, "v7u");
         expect_bitwise_equal(rolled, unrolled, name + " v7 rolled vs v7u (" + prec + ")");
+        const check::ArmOutput in_sequence = run_chunk_variant(c, "v7s");
+        expect_bitwise_equal(rolled, in_sequence, name + " v7 interleaved vs v7s (" + prec + ")");
       });
 }
 

@@ -877,17 +877,23 @@ template <int K, int V> struct ChunkSmemV7 {
 // process image, interleaved): 1.2-3% faster on every 27b / qwen3-next case (27b T = 32768 1.736
 // - 1.741 against 1.759 - 1.763 ms), although ncu times the kernel alone equal (281.0 vs 281.8 us
 // at T = 8192).
+// kIlv (session 23; GDN_WYTC_CHUNK=v7s for the form before): in the W and U folds the lo
+// products of all accumulators that share a B (W) or A (U) fragment are issued before their hi
+// products, so consecutive mma no longer depend on each other (before: lo then hi of the same
+// accumulator back to back, a NOP and a dependency stall between them in r69's SASS). Per
+// accumulator the order is unchanged (k-steps ascending, lo then hi), so the results are bit for
+// bit the same.
 // (Session 12 measured the warp index through a shuffle, which makes the branches around
 // mma.sync warp-uniform: 91.4 M -> 86.9 M instructions at T = 8192, but 114 -> 126 registers and
 // 238.2 -> 240.0 us, the arm 3% slower at T = 32768 (r47); not kept.)
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true>
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kIlv = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
   using Sm = ChunkSmemV7<K, V>;
   constexpr int LB = Sm::LB, LBV = Sm::LBV, LA = Sm::LA;
   static_assert(!Sm::kXInQ || 2 * LB == 4 * LA, "X row r takes exactly the bytes of q row r");
-  static_assert(K % 32 == 0 && V % 16 == 0, "whole x4 groups of the Kd^T tile, whole m-tiles of V");
+  static_assert(K % 32 == 0 && V % 32 == 0, "whole x4 groups of the Kd^T tile, m-tile pairs of V");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [C][LB]
   __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
@@ -1185,16 +1191,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
           std::uint32_t b[4];
           ldsm_x4_t_a(b, tK + 2 * (ks * 16 * LB + n0 + np * 16));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-          if (use0) {
-            mma_bf16(acc[0][2 * np], y0l, b0);
-            mma_bf16(acc[0][2 * np], y0h, b0);
-            mma_bf16(acc[0][2 * np + 1], y0l, b1);
-            mma_bf16(acc[0][2 * np + 1], y0h, b1);
+          if (kIlv) {  // every lo product of the four accumulators, then every hi product
+            if (use0) {
+              mma_bf16(acc[0][2 * np], y0l, b0);
+              mma_bf16(acc[0][2 * np + 1], y0l, b1);
+            }
+            mma_bf16(acc[1][2 * np], y1l, b0);
+            mma_bf16(acc[1][2 * np + 1], y1l, b1);
+            if (use0) {
+              mma_bf16(acc[0][2 * np], y0h, b0);
+              mma_bf16(acc[0][2 * np + 1], y0h, b1);
+            }
+            mma_bf16(acc[1][2 * np], y1h, b0);
+            mma_bf16(acc[1][2 * np + 1], y1h, b1);
+          } else {
+            if (use0) {
+              mma_bf16(acc[0][2 * np], y0l, b0);
+              mma_bf16(acc[0][2 * np], y0h, b0);
+              mma_bf16(acc[0][2 * np + 1], y0l, b1);
+              mma_bf16(acc[0][2 * np + 1], y0h, b1);
+            }
+            mma_bf16(acc[1][2 * np], y1l, b0);
+            mma_bf16(acc[1][2 * np], y1h, b0);
+            mma_bf16(acc[1][2 * np + 1], y1l, b1);
+            mma_bf16(acc[1][2 * np + 1], y1h, b1);
           }
-          mma_bf16(acc[1][2 * np], y1l, b0);
-          mma_bf16(acc[1][2 * np], y1h, b0);
-          mma_bf16(acc[1][2 * np + 1], y1l, b1);
-          mma_bf16(acc[1][2 * np + 1], y1h, b1);
         }
       }
     }
@@ -1239,16 +1260,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
         std::uint32_t b0h[2] = {}, b0l[2] = {}, b1h[2], b1l[2];
         xb_frag(b1h, b1l, t1, ks);
         if (use0) xb_frag(b0h, b0l, t0, ks);
+if (kIlv) {  // m-tiles by pairs: the lo products of up to four accumulators, then the hi
 #pragma unroll
-        for (int mt = 0; mt < V / 16; ++mt) {
-          std::uint32_t a[4];
-          ldsm_x4_t_a(a, aV + 2 * (ks * 16 * LBV + mt * 16));
-          if (use0) {
-            mma_bf16(acc[mt][0], a, b0l);
-            mma_bf16(acc[mt][0], a, b0h);
+          for (int mt = 0; mt < V / 16; mt += 2) {
+            std::uint32_t a0[4], a1[4];
+            ldsm_x4_t_a(a0, aV + 2 * (ks * 16 * LBV + mt * 16));
+            ldsm_x4_t_a(a1, aV + 2 * (ks * 16 * LBV + (mt + 1) * 16));
+            if (use0) {
+              mma_bf16(acc[mt][0], a0, b0l);
+              mma_bf16(acc[mt + 1][0], a1, b0l);
+            }
+            mma_bf16(acc[mt][1], a0, b1l);
+            mma_bf16(acc[mt + 1][1], a1, b1l);
+            if (use0) {
+              mma_bf16(acc[mt][0], a0, b0h);
+              mma_bf16(acc[mt + 1][0], a1, b0h);
+            }
+            mma_bf16(acc[mt][1], a0, b1h);
+            mma_bf16(acc[mt + 1][1], a1, b1h);
           }
-          mma_bf16(acc[mt][1], a, b1l);
-          mma_bf16(acc[mt][1], a, b1h);
+        } else {
+#pragma unroll
+          for (int mt = 0; mt < V / 16; ++mt) {
+            std::uint32_t a[4];
+            ldsm_x4_t_a(a, aV + 2 * (ks * 16 * LBV + mt * 16));
+            if (use0) {
+              mma_bf16(acc[mt][0], a, b0l);
+              mma_bf16(acc[mt][0], a, b0h);
+            }
+            mma_bf16(acc[mt][1], a, b1l);
+            mma_bf16(acc[mt][1], a, b1h);
+          }
         }
       }
     }
@@ -1348,7 +1390,8 @@ SideStream& side_stream() {
 // Chunk kernel variant: 2 = v2 (any io), 7 = v7 (reads q, k, v as bf16 in 16-byte pieces: bf16 io
 // with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
 // measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
-// negative control (U negated; tests only); v7u (9) = v7 unrolled.
+// negative control (U negated; tests only); v7u (9) = v7 unrolled; v7s (10) = v7 with the W and
+// U folds' mma in the sequence before session 23 (kIlv = false).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
@@ -1361,6 +1404,8 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (!(aligned(a.q) && aligned(a.k) && aligned(a.v))) return 2;
   if (env_is("GDN_WYTC_CHUNK", "v7neg")) return 8;
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
+  if (env_is("GDN_WYTC_CHUNK", "v7s")) return 10;  // v7 with the W / U mma in sequence (before
+                                                    // session 23)
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1526,7 +1571,14 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
         return Status::Ok();
       };
       Status ls;
-      if (chunk_v == 9) {
+      if (chunk_v == 10) {
+        if (a.beta.dtype == DType::bf16)
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, false>)
+                            : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, false>);
+        else
+          ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true, false>)
+                            : go(wy_tc_chunk_kernel_v7<float, K, V, false, true, false>);
+      } else if (chunk_v == 9) {
         if (a.beta.dtype == DType::bf16)
           ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, false>)
                             : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, false>);
