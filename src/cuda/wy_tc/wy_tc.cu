@@ -1260,7 +1260,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
         std::uint32_t b0h[2] = {}, b0l[2] = {}, b1h[2], b1l[2];
         xb_frag(b1h, b1l, t1, ks);
         if (use0) xb_frag(b0h, b0l, t0, ks);
-if (kIlv) {  // m-tiles by pairs: the lo products of up to four accumulators, then the hi
+        if (kIlv) {  // m-tiles by pairs: the lo products of up to four accumulators, then the hi
 #pragma unroll
           for (int mt = 0; mt < V / 16; mt += 2) {
             std::uint32_t a0[4], a1[4];
