@@ -882,7 +882,8 @@ template <int K, int V> struct ChunkSmemV7 {
 // products, so consecutive mma no longer depend on each other (before: lo then hi of the same
 // accumulator back to back, a NOP and a dependency stall between them in r69's SASS). Per
 // accumulator the order is unchanged (k-steps ascending, lo then hi), so the results are bit for
-// bit the same.
+// bit the same. r72 (H100, against v7s, two rounds): 27b T = 4096 -1.2%, 8 x 4096 -0.4%, 27b
+// T = 32768 and qwen3-next 0% (probably: beside a state block its warps already used those slots).
 // (Session 12 measured the warp index through a shuffle, which makes the branches around
 // mma.sync warp-uniform: 91.4 M -> 86.9 M instructions at T = 8192, but 114 -> 126 registers and
 // 238.2 -> 240.0 us, the arm 3% slower at T = 32768 (r47); not kept.)
