@@ -887,17 +887,7 @@ template <int K, int V> struct ChunkSmemV7 {
 // (Session 12 measured the warp index through a shuffle, which makes the branches around
 // mma.sync warp-uniform: 91.4 M -> 86.9 M instructions at T = 8192, but 114 -> 126 registers and
 // 238.2 -> 240.0 us, the arm 3% slower at T = 32768 (r47); not kept.)
-// kKH (session 25; GDN_WYTC_CHUNK=v7kh, exact workspace format only): one block per (chunk, key
-// head) that runs the key head's value heads one after the other (iterations i = 0 .. HV / HK - 1)
-// instead of one block per (chunk, value head). The q and k tiles, the row norms, the raw Q K^T
-// product and the Q / K^T workspace tiles depend on the key head only: they are loaded / formed
-// once per block; g and beta of every value head are loaded with the tiles. Iteration 0 writes P
-// of every value head (Q K^T scaled by that head's gates) while it holds the raw Q K^T, so that X
-// may take q's bytes as in v7; iterations i >= 1 form K K^T again from the resident k tile (A
-// needs that head's gates and betas). Every value head's operations and their order are v7's, so
-// the results equal v7's bit for bit.
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kIlv = true,
-          bool kKH = false>
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kIlv = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -911,26 +901,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sA = reinterpret_cast<float*>(sQ + C * LB);                // [C][LA] strict-lower A
   __nv_bfloat16* sV = reinterpret_cast<__nv_bfloat16*>(sA);         // [C][LBV] after barrier 4
   float* sX = Sm::kXInQ ? reinterpret_cast<float*>(sQ) : sA + C * LA;
-  const int nG = kKH ? p.HV / p.HK : 1;  // value heads per block
-  float* sGv = sA + C * LA + (Sm::kXInQ ? 0 : C * LA);  // cumulative log-decay, [nG][C]
-  float* sE = sGv + nG * C;  // exp(G)
-  float* sD = sE + C;        // exp(G_C - G) / |k|
-  float* sBv = sD + C;       // beta, [nG][C]
-  float* sRk = sBv + nG * C;  // 1 / |k| (1 without l2norm)
-  float* sRq = sRk + C;      // 1 / |q|
-  float* sS = sRq + C;       // beta E rk: column scaling of X for W
+  float* sG = sA + C * LA + (Sm::kXInQ ? 0 : C * LA);  // cumulative log-decay
+  float* sE = sG + C;       // exp(G)
+  float* sD = sE + C;       // exp(G_C - G) / |k|
+  float* sB = sD + C;       // beta
+  float* sRk = sB + C;      // 1 / |k| (1 without l2norm)
+  float* sRq = sRk + C;     // 1 / |q|
+  float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  const int cg = p.chunk0 + blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
+            lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
-  // blockIdx.y: the value head (v7), the key head (kKH); vhead(i): iteration i's value head.
-  const int kh = kKH ? static_cast<int>(blockIdx.y)
-                     : (p.tiled ? static_cast<int>(blockIdx.y) % p.HK
-                                : static_cast<int>(blockIdx.y) / (p.HV / p.HK));
-  auto vhead = [&](int i) {
-    return kKH ? (p.tiled ? kh + i * p.HK : kh * nG + i) : static_cast<int>(blockIdx.y);
-  };
+  const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
   const auto* v = static_cast<const __nv_bfloat16*>(p.v);
@@ -958,26 +942,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     }
     cp_async_commit();
   }
-  if constexpr (kKH) {
-    for (int idx = tid; idx < nG * C; idx += Cfg::kThreads) {
-      const int r = idx % C, hj = vhead(idx / C);
-      const std::int64_t t = tok0 + r;
-      sGv[idx] = r < len ? p.g[t * p.g_st + hj] : 0.f;
-      sBv[idx] = r < len ? to_f32(beta[t * p.b_st + hj]) : 0.f;
-    }
-  } else if (tid < C) {
-    const int h = vhead(0);
+  if (tid < C) {
     const std::int64_t t = tok0 + tid;
-    sGv[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
-    sBv[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
+    sG[tid] = tid < len ? p.g[t * p.g_st + h] : 0.f;
+    sB[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
   }
   cp_async_wait<0>();
   __syncthreads();  // barrier 1: q, k tiles, g, beta
-  if constexpr (kKH) {
-    for (int j = warp; j < nG; j += Cfg::kThreads / 32) chunk_cumsum(sGv + j * C);
-  } else if (warp == 0) {
-    chunk_cumsum(sGv);
-  }
+  if (warp == 0) chunk_cumsum(sG);
   if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros get
               // 1 / sqrt(1e-6)).
     // kRows independent rows per pass, their loads and shuffle chains interleaved (r21: warps
@@ -1015,12 +987,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   if (!kL2 && tid < C) sRk[tid] = 1.f, sRq[tid] = 1.f;
   __syncthreads();  // barrier 2: G, norms
 
-  for (int ih = 0; ih < nG; ++ih) {  // v7: one iteration
-  const int h = vhead(ih);
-  const bool first = ih == 0;  // kKH: Q K^T and every value head's P in the first iteration
-  const float* const sG = sGv + ih * C;
-  const float* const sB = sBv + ih * C;
-  if (ih > 0) __syncthreads();  // the previous iteration's folds have read sS, sX, the v tile
   const std::int64_t base = static_cast<std::int64_t>(cg) * p.HV + h;
   // Q and K^T tiles: per value head in the split format (scaled per head); per key head in the
   // exact format (the raw bf16 tiles, the same for the key head's value heads), written by the
@@ -1051,9 +1017,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     const int ntiles = 2 * (warp + 1);  // columns 0 .. m0 + 15
 #pragma unroll(kRoll ? 1 : K / 16)
     for (int ks = 0; ks < K / 16; ++ks) {
-      std::uint32_t ak[4], aq[4] = {};
+      std::uint32_t ak[4], aq[4];
       ldsm_x4_a(ak, aK + 2 * (ks * 16));
-      if (first) ldsm_x4_a(aq, aQ + 2 * (ks * 16));
+      ldsm_x4_a(aq, aQ + 2 * (ks * 16));
 #pragma unroll
       for (int np = 0; np < C / 16; ++np) {
         if (2 * np < ntiles) {
@@ -1062,10 +1028,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
           mma_bf16(akk[2 * np], ak, b0);
           mma_bf16(akk[2 * np + 1], ak, b1);
-          if (first) {
-            mma_bf16(aqk[2 * np], aq, b0);
-            mma_bf16(aqk[2 * np + 1], aq, b1);
-          }
+          mma_bf16(aqk[2 * np], aq, b0);
+          mma_bf16(aqk[2 * np + 1], aq, b1);
         }
       }
     }
@@ -1107,51 +1071,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
           *reinterpret_cast<float2*>(sA + i * LA + j) =
               make_float2(i > j ? ri * akk[nt][e] * c0 : 0.f,
                           i > j + 1 ? ri * akk[nt][e + 1] * c1 : 0.f);
-          if (first) {
-            const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
-            const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-            if (p.half_ws) Ph[at] = pack_f16(x0, x1);
-            else split_pair(x0, x1, Ph[at], Pl[at]);
-          }
-        } else if (first) {  // above the diagonal block: P is zero (the state pass reads the whole tile)
+          const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
+          const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
+          if (p.half_ws) Ph[at] = pack_f16(x0, x1);
+          else split_pair(x0, x1, Ph[at], Pl[at]);
+        } else {  // above the diagonal block: P is zero (the state pass reads the whole tile)
           Ph[at] = 0u;
           if (!p.half_ws) Pl[at] = 0u;
-        }
-      }
-    }
-    // kKH: P of the key head's other value heads from the same raw Q K^T (each with its own
-    // gates; the expressions are the ones above, so each P is v7's bit for bit).
-#pragma unroll 1
-    for (int jh = 1; kKH && first && jh < nG; ++jh) {
-      const float* const sGj = sGv + jh * C;
-      const std::int64_t bj = static_cast<std::int64_t>(cg) * p.HV + vhead(jh);
-      std::uint32_t* Phj = p.ws.ph + bj * C * C / 2 + at0;
-      std::uint32_t* Plj = p.ws.pl + bj * C * C / 2 + at0;
-      float gh2[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) gh2[r] = sGj[m0 + acc_row(2 * r)];
-#pragma unroll
-      for (int nt = 0; nt < C / 8; ++nt) {
-        const int j = acc_col(nt, 0);
-        const float2 gj = nt < ntiles ? *reinterpret_cast<const float2*>(sGj + j) : float2{};
-        const float2 rkj = nt < ntiles ? *reinterpret_cast<const float2*>(sRk + j) : float2{};
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int i = m0 + acc_row(e);
-          const int at = nt * C * 4 + (e >> 1) * 32;
-          if (nt < ntiles) {
-            const float gi = gh2[e >> 1], rq = rq2[e >> 1];
-            const float e0 = ex2_approx((gi - gj.x) * kLog2e) * rkj.x;
-            const float e1 = ex2_approx((gi - gj.y) * kLog2e) * rkj.y;
-            const float c0 = i >= j ? e0 : 0.f, c1 = i >= j + 1 ? e1 : 0.f;
-            const float x0 = i >= j ? rq * aqk[nt][e] * c0 : 0.f;
-            const float x1 = i >= j + 1 ? rq * aqk[nt][e + 1] * c1 : 0.f;
-            if (p.half_ws) Phj[at] = pack_f16(x0, x1);
-            else split_pair(x0, x1, Phj[at], Plj[at]);
-          } else {
-            Phj[at] = 0u;
-            if (!p.half_ws) Plj[at] = 0u;
-          }
         }
       }
     }
@@ -1397,7 +1323,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       }
     }
   }
-  }  // value heads (kKH)
 }
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -1467,9 +1392,7 @@ SideStream& side_stream() {
 // with 16-byte aligned rows; the default there since r12). GDN_WYTC_CHUNK=v2 forces v2 (A/B
 // measurements and tests in one build; read at every call); v7neg (returns 8) = v7 with its
 // negative control (U negated; tests only); v7u (9) = v7 unrolled; v7s (10) = v7 with the W and
-// U folds' mma in the sequence before session 23 (kIlv = false); v7kh (11) = v7 with one block per
-// chunk and key head (kKH; session 25), v7khneg (12) its negative control; any other value (e.g.
-// v7) the default.
+// U folds' mma in the sequence before session 23 (kIlv = false).
 int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   (void)pr;
   if (env_is("GDN_WYTC_CHUNK", "v2")) return 2;
@@ -1484,9 +1407,6 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
   if (env_is("GDN_WYTC_CHUNK", "v7s")) return 10;  // v7 with the W / U mma in sequence (before
                                                     // session 23)
-  if (env_is("GDN_WYTC_CHUNK", "v7kh")) return 11;  // v7 per key head (session 25; launch()
-                                                     // falls back to v7 where it cannot run)
-  if (env_is("GDN_WYTC_CHUNK", "v7khneg")) return 12;  // v7kh with its negative control
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1514,15 +1434,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const std::size_t b_vec = align_up(sizeof(float) * tiles * C);
   // The exact workspace format (Q, K^T themselves + eq, ed) needs the v7 chunk kernel
   // (bf16 q/k) and is read by the wgmma state pass only.
-  int chunk_v = chunk_variant(pr, a);
+  const int chunk_v = chunk_variant(pr, a);
   const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
-  // v7kh (one block per chunk and key head) needs the exact workspace format (Q, K^T per key
-  // head), K = 128 (the instantiated case) and at least two value heads per key head; elsewhere
-  // v7 (or v7neg) runs.
-  const int kh_group = pr.HV / pr.HK;
-  if ((chunk_v == 11 || chunk_v == 12) && !(exact_ws && K == 128 && kh_group >= 2))
-    chunk_v = 7;  // v7khneg too: where v7kh cannot run it is plain v7 (tests tell the two apart)
   // Overlapped passes (see below): one sequence, the v9 state pass, and state blocks that leave
   // at least half of the SMs to the chunk kernels (or, from 512 chunks, that fit in one wave:
   // below); segments of >= 16 chunks, at most 8. By
@@ -1647,33 +1561,17 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
-    const bool kh_blocks = chunk_v == 11 || chunk_v == 12;
-    const dim3 grid(static_cast<unsigned>(c1 - c0),
-                    static_cast<unsigned>(kh_blocks ? pr.HK : pr.HV));
+    const dim3 grid(static_cast<unsigned>(c1 - c0), static_cast<unsigned>(pr.HV));
     if (v7_chunk) {
       auto go = [&](auto kern) -> Status {
-        // v7kh: g and beta of the key head's value heads (two more vectors per extra head)
-        const std::size_t smem = ChunkSmemV7<K, V>::bytes +
-                                 (kh_blocks ? 2 * sizeof(float) * C * (kh_group - 1) : 0);
+        constexpr std::size_t smem = ChunkSmemV7<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-        kern<<<grid, Cfg::kThreads, smem, stream>>>(cp, chunk_v == 8 || chunk_v == 12 ? 1 : 0);
+        kern<<<grid, Cfg::kThreads, smem, stream>>>(cp, chunk_v == 8 ? 1 : 0);
         GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v7");
         return Status::Ok();
       };
       Status ls;
-      if constexpr (K == 128) {
-        if (kh_blocks) {
-          if (a.beta.dtype == DType::bf16)
-            ls = pr.qk_l2norm
-                     ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, true, true>)
-                     : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, true, true>);
-          else
-            ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true, true, true>)
-                              : go(wy_tc_chunk_kernel_v7<float, K, V, false, true, true, true>);
-          return ls;
-        }
-      }
       if (chunk_v == 10) {
         if (a.beta.dtype == DType::bf16)
           ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, false>)
