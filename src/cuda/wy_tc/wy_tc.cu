@@ -1479,11 +1479,15 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // T = 4096 99.9 -> 92.5 us. Cost: the final state's error 2.17e-4 -> 3.10e-4 at 27b T = 32768
   // (o 1.699e-3 -> 1.703e-3). GDN_WYTC_D16=0 keeps the split D.
   const bool d16 = u16 && !env_is("GDN_WYTC_D16", "0");
-  // Segments: split scheme 8 (r13, r28); half scheme NC / 128 within [4, 16] (r38, 2d7bf76,
-  // qwen3.5-27b: 4 segments 0.927 / 1.763 ms at T = 16384 / 32768 against 1.045 / 1.831 with 8,
-  // 16 segments 7.049 ms at 131072 against 7.095 with 8 and 7.215 with 4; qwen3-next 16384: 4
-  // segments 0.701 against 0.773 with 8).
-  std::int64_t want_segs = half ? std::clamp<std::int64_t>(NC / 128, 4, 16) : 8;
+  // Segments: split scheme 8 (r13, r28); half scheme about one per 85 chunks within [4, 32]
+  // (r74, c172bf7, H100, two rounds each, after U16 / D16 / kIlv had shortened the state pass:
+  // qwen3.5-27b T = 32768 (512 chunks) 6 segments 1.537 - 1.545 ms against 1.580 with r38's 4, 5
+  // 1.561, 7 1.550, 8 1.557, 10 1.594; T = 131072 (2048) 24 segments 5.923 - 5.930 against 6.064
+  // with 16, 20 5.98 - 6.00, 32 6.06; T = 16384 (256) 3 segments 0.787 - 0.792 against 0.796
+  // with 4, 5 0.81 (the floor of 4 kept: r38's qwen3-next T = 16384 measured 4 as best);
+  // qwen3-next T = 32768 6 segments 1.179 - 1.181 against 1.214 - 1.217 with 4, 7 / 8 1.173 -
+  // 1.177). Before r74: NC / 128 within [4, 16] (r38, 2d7bf76).
+  std::int64_t want_segs = half ? std::clamp<std::int64_t>((NC + 42) / 85, 4, 32) : 8;
   if (const char* e = std::getenv("GDN_WYTC_SEGS")) want_segs = std::max(2, std::atoi(e));
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
   const int nseg = static_cast<int>((NC + seg - 1) / seg);
