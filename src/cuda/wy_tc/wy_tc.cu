@@ -1439,7 +1439,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool exact_ws = v7_chunk && wg;
   // Overlapped passes (see below): one sequence, the v9 state pass, and state blocks that leave
   // at least half of the SMs to the chunk kernels (or, from 512 chunks, that fit in one wave:
-  // below); segments of >= 16 chunks, at most 8. By
+  // below); segments of >= 16 chunks, as many as `want_segs` below asks. By
   // default from 256 chunks (T >= 16384) on: r13 (ab693ee, qwen3-next) measured 1.775 against
   // 2.125 ms at T = 32768, but 0.553 / 0.531 at 8192 and 0.319 / 0.277 at 4096 (the per-segment
   // launches and the pipeline's fill cost more than the overlap gains on short sequences).
@@ -1480,13 +1480,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // (o 1.699e-3 -> 1.703e-3). GDN_WYTC_D16=0 keeps the split D.
   const bool d16 = u16 && !env_is("GDN_WYTC_D16", "0");
   // Segments: split scheme 8 (r13, r28); half scheme about one per 85 chunks within [4, 32]
-  // (r74, c172bf7, H100, two rounds each, after U16 / D16 / kIlv had shortened the state pass:
-  // qwen3.5-27b T = 32768 (512 chunks) 6 segments 1.537 - 1.545 ms against 1.580 with r38's 4, 5
-  // 1.561, 7 1.550, 8 1.557, 10 1.594; T = 131072 (2048) 24 segments 5.923 - 5.930 against 6.064
-  // with 16, 20 5.98 - 6.00, 32 6.06; T = 16384 (256) 3 segments 0.787 - 0.792 against 0.796
-  // with 4, 5 0.81 (the floor of 4 kept: r38's qwen3-next T = 16384 measured 4 as best);
-  // qwen3-next T = 32768 6 segments 1.179 - 1.181 against 1.214 - 1.217 with 4, 7 / 8 1.173 -
-  // 1.177). Before r74: NC / 128 within [4, 16] (r38, 2d7bf76).
+  // (r74 / r75, H100, after U16 / D16 had shortened the state pass; against r38's NC / 128 in
+  // [4, 16], same run: 27b T = 32768 1.55 vs 1.60 ms, 131072 6.01 vs 6.16, qwen3-next T = 32768
+  // 1.19 vs 1.23; the floor of 4 kept for 256 chunks, where r38 measured 4 as best; the sweep
+  // is in docs/NOTES_wy_tc.md, session 25).
   std::int64_t want_segs = half ? std::clamp<std::int64_t>((NC + 42) / 85, 4, 32) : 8;
   if (const char* e = std::getenv("GDN_WYTC_SEGS")) want_segs = std::max(2, std::atoi(e));
   const std::int64_t seg = std::max<std::int64_t>(16, (NC + want_segs - 1) / want_segs);
