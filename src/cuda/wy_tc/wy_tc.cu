@@ -757,37 +757,6 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
                "r"(n));
 }
 
-#if GDN_WYTC_WG_DEVICE
-// m64n128k16 bf16 -> fp32, d += A B with A in registers (this warp's 16 rows, the mma.sync A
-// layout) and B read through an MN-major smem descriptor (imm-trans-b = 1: B's rows are its k
-// index, its n index contiguous in 16-byte pieces). The v7g chunk kernel's W = Y K, B = the k
-// tile itself (ChunkSmemV7's canonical k layout: LBO = 128 bytes between 8-row groups along k,
-// SBO = 1024 bytes between 8-column groups along n).
-#define GDN_G_ACC4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-__device__ __forceinline__ void wgmma_n128_tb(float (&d)[16][4], const std::uint32_t (&a)[4],
-                                              std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : GDN_G_ACC4(0), GDN_G_ACC4(1), GDN_G_ACC4(2), GDN_G_ACC4(3), GDN_G_ACC4(4),
-        GDN_G_ACC4(5), GDN_G_ACC4(6), GDN_G_ACC4(7), GDN_G_ACC4(8), GDN_G_ACC4(9),
-        GDN_G_ACC4(10), GDN_G_ACC4(11), GDN_G_ACC4(12), GDN_G_ACC4(13), GDN_G_ACC4(14),
-        GDN_G_ACC4(15)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
-}
-#undef GDN_G_ACC4
-// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async) before later
-// async-proxy reads of them (wgmma's smem operands), once a barrier has joined the writers.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-#endif
-
 // The v5 chunk kernel (the first bf16-tile version, 5.29 ms for the whole arm at 9b06ffe) was
 // replaced by v6 and removed after the A/B run r8 (3936abf: v6 0.43 ms faster at 32768); it
 // remains in git at 3936abf. v6 was replaced by v7 (below; bit-equal outputs, r12) and removed
@@ -918,17 +887,7 @@ template <int K, int V> struct ChunkSmemV7 {
 // (Session 12 measured the warp index through a shuffle, which makes the branches around
 // mma.sync warp-uniform: 91.4 M -> 86.9 M instructions at T = 8192, but 114 -> 126 registers and
 // 238.2 -> 240.0 us, the arm 3% slower at T = 32768 (r47); not kept.)
-// kG (session 26; GDN_WYTC_CHUNK=v7g, an experiment; K = 128, sm_90a only): the W and U folds
-// on wgmma instead of mma.sync. The k tile then sits in the canonical MN-major layout without
-// swizzle (16-byte piece (row r, columns 8 db .. 8 db + 7) at byte r * 16 + db * 1024: every
-// ldmatrix of it reads 8 consecutive pieces, conflict-free), so that W = Y K reads it as its B
-// operand directly (wgmma_n128_tb); Y comes from registers (hi + lo, the same split as v7). U^T =
-// V^T Xb^T takes V^T by ldmatrix.trans as v7 and Xb^T from two bf16 tiles (hi, lo) written into
-// the k tile's bytes once W is done. Per accumulator the products run in v7's order (k-steps
-// ascending, lo then hi), from zero, so o and hT should equal v7's wherever wgmma's k16 sums
-// round as mma.sync's do (the test reports it; the oracle bound is what it asserts).
-template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kIlv = true,
-          bool kG = false>
+template <typename TBeta, int K, int V, bool kL2, bool kRoll = true, bool kIlv = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 4)
     wy_tc_chunk_kernel_v7(ChunkParams p, int negctl) {
   constexpr int C = Cfg::kChunk;
@@ -936,16 +895,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   constexpr int LB = Sm::LB, LBV = Sm::LBV, LA = Sm::LA;
   static_assert(!Sm::kXInQ || 2 * LB == 4 * LA, "X row r takes exactly the bytes of q row r");
   static_assert(K % 32 == 0 && V % 32 == 0, "whole x4 groups of the Kd^T tile, m-tile pairs of V");
-  static_assert(!kG || (K == 128 && Sm::kXInQ), "v7g: the Xb tiles (16 KiB) take the k tile's bytes");
-#if !GDN_WYTC_WG_DEVICE
-  if constexpr (kG) {  // launched only where the sm_90a image runs (chunk_variant)
-    __trap();
-    return;
-  }
-#endif
-  // Byte offset of the 16-byte piece (row r, columns c .. c + 7) of the k tile (c a multiple of
-  // 8): padded rows of LB (v7) or the canonical MN-major order (kG).
-  auto k_piece = [](int r, int c) { return kG ? r * 16 + (c >> 3) * 1024 : (r * LB + c) * 2; };
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [C][LB]
   __nv_bfloat16* sQ = sK + C * LB;                                  // [C][LB]
@@ -988,8 +937,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     for (int it = 0; it < C / kStep; ++it, kr += kst, qr += qst) {
       const int r = r0 + it * kStep;
       const bool ok = r < len;
-      if constexpr (kG) cp_async16_zfill(reinterpret_cast<unsigned char*>(sK) + k_piece(r, c), ok ? kr : k0, ok);
-      else cp_async16_zfill(sK + r * LB + c, ok ? kr : k0, ok);
+      cp_async16_zfill(sK + r * LB + c, ok ? kr : k0, ok);
       cp_async16_zfill(sQ + r * LB + c, ok ? qr : q0, ok);
     }
     cp_async_commit();
@@ -1000,9 +948,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     sB[tid] = tid < len ? to_f32(beta[t * p.b_st + h]) : 0.f;
   }
   cp_async_wait<0>();
-#if GDN_WYTC_WG_DEVICE
-  if constexpr (kG) fence_proxy_async_smem();  // the k tile is W's wgmma B operand
-#endif
   __syncthreads();  // barrier 1: q, k tiles, g, beta
   if (warp == 0) chunk_cumsum(sG);
   if (kL2) {  // every warp (warp 0 after the cumsum): row norms of k and q (rows of zeros get
@@ -1018,12 +963,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
 #pragma unroll
       for (int j = 0; j < kRows; ++j) {
         const int r = r0 + kWarps * j;
-        const __nv_bfloat16* row = r < C ? sK + (kG ? r * 8 : r * LB) : sQ + (r - C) * LB;
-        const int cg8 = r < C ? 512 : 8;  // kG: elements between 8-column groups of the row
+        const __nv_bfloat16* row = r < C ? sK + r * LB : sQ + (r - C) * LB;
         ss[j] = 0.f;
 #pragma unroll
         for (int c = lane; c < K; c += 32) {
-          const float x = __bfloat162float(kG ? row[(c >> 3) * cg8 + (c & 7)] : row[c]);
+          const float x = __bfloat162float(row[c]);
           ss[j] += x * x;
         }
       }
@@ -1063,13 +1007,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   if (tid == 0) p.ws.gc[base] = sG[C - 1];
   __syncwarp();
 
-  const unsigned sKa = smem_addr(sK);
-  const unsigned aK = kG ? sKa + k_piece(m0 + (lane & 15), (lane >> 4) * 8)
-                         : smem_addr(sK + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
+  const unsigned aK = smem_addr(sK + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
   const unsigned aQ = smem_addr(sQ + (m0 + (lane & 15)) * LB + (lane >> 4) * 8);
-  const unsigned bK =
-      kG ? sKa + k_piece((lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8)
-         : smem_addr(sK + ((lane & 7) + ((lane >> 4) << 3)) * LB + ((lane >> 3) & 1) * 8);
+  const unsigned bK = smem_addr(sK + ((lane & 7) + ((lane >> 4) << 3)) * LB + ((lane >> 3) & 1) * 8);
   const unsigned tK = smem_addr(sK + (lane & 15) * LB + (lane >> 4) * 8);
   // Q K^T and K K^T for the warp's 16 rows, n-tiles up to the diagonal only (as v6).
   {
@@ -1078,13 +1018,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
 #pragma unroll(kRoll ? 1 : K / 16)
     for (int ks = 0; ks < K / 16; ++ks) {
       std::uint32_t ak[4], aq[4];
-      ldsm_x4_a(ak, kG ? aK + ks * 2048 : aK + 2 * (ks * 16));
+      ldsm_x4_a(ak, aK + 2 * (ks * 16));
       ldsm_x4_a(aq, aQ + 2 * (ks * 16));
 #pragma unroll
       for (int np = 0; np < C / 16; ++np) {
         if (2 * np < ntiles) {
           std::uint32_t b[4];
-          ldsm_x4_a(b, kG ? bK + np * 256 + ks * 2048 : bK + 2 * (np * 16 * LB + ks * 16));
+          ldsm_x4_a(b, bK + 2 * (np * 16 * LB + ks * 16));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
           mma_bf16(akk[2 * np], ak, b0);
           mma_bf16(akk[2 * np + 1], ak, b1);
@@ -1183,8 +1123,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     for (int g = warp; g < C * K / 256; g += 2) {
       const int mi = 4 * g + (lane >> 3), kb = mi / (K / 8), db = mi % (K / 8);
       std::uint32_t w4[4];
-      ldsm_x4_t_a(w4, kG ? sKa + k_piece(8 * kb + (lane & 7), 8 * db)
-                         : smem_addr(sK + (8 * kb + (lane & 7)) * LB + 8 * db));
+      ldsm_x4_t_a(w4, smem_addr(sK + (8 * kb + (lane & 7)) * LB + 8 * db));
       if (p.exact_ws) {  // K^T itself: bf16, or converted to fp16 (K16)
 #pragma unroll
         for (int m = 0; m < 4; ++m)
@@ -1225,79 +1164,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
     cp_async_commit();
   }
 
-  if constexpr (kG) {
-#if GDN_WYTC_WG_DEVICE
-    // W = Y K on wgmma: warp w's 16 rows of Y (k-steps ks <= w; zero above the diagonal block),
-    // B = the k tile (MN-major descriptor; negctl bit 2 swaps LBO / SBO: a layout experiment).
-    float acc[K / 8][4] = {};
-    std::uint32_t yh[C / 16][4], yl[C / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks) {
-      if (ks <= warp) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = m0 + gid + 8 * (r & 1), col = ks * 16 + 2 * tig + 8 * (r >> 1);
-          const float2 x2 = *reinterpret_cast<const float2*>(sX + row * LA + col);
-          split_pair(x2.x * sS[col], x2.y * sS[col + 1], yh[ks][r], yl[ks][r]);
-        }
-      } else {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) yh[ks][r] = 0u, yl[ks][r] = 0u;
-      }
-    }
-    const unsigned lbo = (negctl & 2) ? 1024u : 128u, sbo = (negctl & 2) ? 128u : 1024u;
-    wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < C / 16; ++ks) {
-      const std::uint64_t d = wg::desc(sKa + ks * 256u, lbo, sbo);
-      wgmma_n128_tb(acc, yl[ks], d);
-      wgmma_n128_tb(acc, yh[ks], d);
-    }
-    wg::commit();
-    wg::wait<0>();
-    wg::keep(acc);
-    wg::keep_u(yh);
-    wg::keep_u(yl);
-    {
-      const int at0 = ws_word<C>(m0 + gid, 2 * tig);
-      std::uint32_t* Wh = p.ws.wh + base * C * K / 2 + at0;
-      std::uint32_t* Wl = p.ws.wl + base * C * K / 2 + at0;
-#pragma unroll
-      for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int at = nt * C * 4 + (e >> 1) * 32;
-          if (p.half_ws) Wh[at] = pack_f16(acc[nt][e], acc[nt][e + 1]);
-          else split_pair(acc[nt][e], acc[nt][e + 1], Wh[at], Wl[at]);
-        }
-    }
-    __syncthreads();  // every warp's W done: the k tile's bytes take the Xb tiles
-    // Xb = X diag(beta) split hi + lo into two C x C bf16 tiles (row = token c, k = token j) in
-    // the ws_word<C> order, hi at the k tile's first byte, lo C * C * 2 bytes on: U^T's B
-    // operands (K-major, as the state pass's P). Warp w writes the core matrices of column
-    // blocks w and 7 - w (9 of them nonzero for every warp), lane = (row c % 8, column pair).
-    {
-      std::uint32_t* xh = reinterpret_cast<std::uint32_t*>(sK);
-      std::uint32_t* xl = xh + C * C / 2;
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int jb = h2 ? 7 - warp : warp;
-#pragma unroll 2
-        for (int cb = 0; cb < C / 8; ++cb) {
-          const int w32 = (jb * 8 + cb) * 32 + lane;
-          if (jb > cb) {
-            xh[w32] = 0u, xl[w32] = 0u;
-          } else {
-            const int c = 8 * cb + (lane >> 2), j = 8 * jb + 2 * (lane & 3);
-            const float2 x2 = *reinterpret_cast<const float2*>(sX + c * LA + j);
-            split_pair(x2.x * sB[j], x2.y * sB[j + 1], xh[w32], xl[w32]);
-          }
-        }
-      }
-    }
-    fence_proxy_async_smem();  // the Xb tiles are U's wgmma B operands (after barrier 5)
-#endif
-  } else
   // W = Y K, Y = X diag(beta E rk). Warp w: row tiles mt0 = (w < 2 ? 0 : 1) and mt1 = 3 - mt0,
   // columns n0 .. n0 + K/2 - 1 with n0 = (w & 1) K/2; k-steps ks <= mt (Y[i][j] = 0 for j > i).
   // A fragments split hi + lo (the same values as v6), B fragments of the exact k tile by
@@ -1375,50 +1241,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   cp_async_wait<0>();
   __syncthreads();  // barrier 5: the v tile
 
-  if constexpr (kG) {
-#if GDN_WYTC_WG_DEVICE
-    // U^T = V^T Xb^T on wgmma, one m64n64 group per 64 values of V: A = V^T by ldmatrix.trans
-    // (warp w: m-tile 4 hv + w), B = the Xb tiles; the accumulators are then exactly v7's
-    // fragments (ws_u order).
-    const unsigned aV =
-        smem_addr(sV + ((lane & 7) + ((lane >> 4) << 3)) * LBV + ((lane >> 3) & 1) * 8);
-#pragma unroll 1
-    for (int hv = 0; hv < V / 64; ++hv) {
-      const int mt = 4 * hv + warp;
-      std::uint32_t a[C / 16][4];
-#pragma unroll
-      for (int ks = 0; ks < C / 16; ++ks) ldsm_x4_t_a(a[ks], aV + 2 * (ks * 16 * LBV + mt * 16));
-      float acc[C / 8][4] = {};
-      wg::fence();
-#pragma unroll
-      for (int ks = 0; ks < C / 16; ++ks) {
-        wg::wgmma_n64<1>(acc, a[ks], wg::desc(sKa + C * C * 2 + ks * 2048u, C * 16u, 128u));
-        wg::wgmma_n64<1>(acc, a[ks], wg::desc(sKa + ks * 2048u, C * 16u, 128u));
-      }
-      wg::commit();
-      wg::wait<0>();
-      wg::keep(acc);
-      wg::keep_u(a);
-      if (negctl & 1) {
-#pragma unroll
-        for (int nt = 0; nt < C / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[nt][e] = -acc[nt][e];
-      }
-      if (p.u16) {
-        uint2* U2 = reinterpret_cast<uint2*>(p.ws.u) + base * C * V / 4 + hv * 1024 + warp * 32 + lane;
-#pragma unroll
-        for (int nt = 0; nt < C / 8; ++nt)
-          U2[nt * 128] = make_uint2(pack_f16(acc[nt][0], acc[nt][1]), pack_f16(acc[nt][2], acc[nt][3]));
-      } else {
-        float4* U4 = reinterpret_cast<float4*>(p.ws.u + base * C * V) + hv * 1024 + warp * 32 + lane;
-#pragma unroll
-        for (int nt = 0; nt < C / 8; ++nt)
-          U4[nt * 128] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
-      }
-    }
-#endif
-  } else
   // U^T = V^T Xb^T exactly as v6 (warp w: token n-tiles w and 7 - w, 5 k-steps).
   {
     const int t0 = warp, t1 = 7 - warp;
@@ -1585,12 +1407,6 @@ int chunk_variant(const Problem& pr, const PrefillArgs& a) {
   if (env_is("GDN_WYTC_CHUNK", "v7u")) return 9;  // v7 with unrolled k-step loops (before r40)
   if (env_is("GDN_WYTC_CHUNK", "v7s")) return 10;  // v7 with the W / U mma in sequence (before
                                                     // session 23)
-  // v7g (session 26, an experiment): W and U on wgmma (kG); K = 128 on sm_90a, else v7 (launch).
-  // v7gneg: v7g with U negated (negative control); v7gswap: v7g with W's B descriptor's LBO and
-  // SBO swapped (a layout check: must fail parity if the layout is read as documented).
-  if (env_is("GDN_WYTC_CHUNK", "v7g")) return 11;
-  if (env_is("GDN_WYTC_CHUNK", "v7gneg")) return 12;
-  if (env_is("GDN_WYTC_CHUNK", "v7gswap")) return 13;
   return 7;  // r12 (f3184ee): arm 2.589 ms at T = 32768 against 2.689 with v6 (removed since)
 }
 
@@ -1618,10 +1434,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const std::size_t b_vec = align_up(sizeof(float) * tiles * C);
   // The exact workspace format (Q, K^T themselves + eq, ed) needs the v7 chunk kernel
   // (bf16 q/k) and is read by the wgmma state pass only.
-  const bool wg = use_wg_state();
-  const int chunk_v0 = chunk_variant(pr, a);
-  const int chunk_v = chunk_v0 >= 11 && !(K == 128 && wg) ? 7 : chunk_v0;  // v7g: see there
-  const bool v7_chunk = chunk_v >= 7;
+  const int chunk_v = chunk_variant(pr, a);
+  const bool v7_chunk = chunk_v >= 7, wg = use_wg_state();
   const bool exact_ws = v7_chunk && wg;
   // Overlapped passes (see below): one sequence, the v9 state pass, and state blocks that leave
   // at least half of the SMs to the chunk kernels (or, from 512 chunks, that fit in one wave:
@@ -1754,23 +1568,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
         constexpr std::size_t smem = ChunkSmemV7<K, V>::bytes;
         GDN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-        kern<<<grid, Cfg::kThreads, smem, stream>>>(
-            cp, chunk_v == 8 || chunk_v == 12 ? 1 : chunk_v == 13 ? 2 : 0);
+        kern<<<grid, Cfg::kThreads, smem, stream>>>(cp, chunk_v == 8 ? 1 : 0);
         GDN_CUDA_LAUNCH_CHECK("wy_tc_chunk_kernel_v7");
         return Status::Ok();
       };
       Status ls;
-      if (chunk_v >= 11) {
-        if constexpr (K == 128) {
-          if (a.beta.dtype == DType::bf16)
-            ls = pr.qk_l2norm
-                     ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, true, true>)
-                     : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, true, true>);
-          else
-            ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<float, K, V, true, true, true, true>)
-                              : go(wy_tc_chunk_kernel_v7<float, K, V, false, true, true, true>);
-        }
-      } else if (chunk_v == 10) {
+      if (chunk_v == 10) {
         if (a.beta.dtype == DType::bf16)
           ls = pr.qk_l2norm ? go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, true, true, false>)
                             : go(wy_tc_chunk_kernel_v7<__nv_bfloat16, K, V, false, true, false>);
