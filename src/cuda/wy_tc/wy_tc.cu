@@ -1708,12 +1708,18 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // into runs of whole sequences (groups) with about equal chunk counts; the chunk kernels of
   // group i + 1 run on `st` while the state pass of group i runs on the side stream (as the
   // segments below, without a carry: no sequence spans two groups). Same blocks, same
-  // arithmetic: the results equal the single pass bit for bit. Off by default: r48 measured no
-  // gain (with several sequences the state pass already fills every SM, so a group's state
-  // blocks and the next group's chunk blocks split the SMs instead of sharing them; see
-  // docs/NOTES_wy_tc.md, session 13). GDN_WYTC_VGROUPS=n asks for n groups wherever it can run
-  // (tests, experiments), =negctl forces 2 groups and drops the second group's h0 (negative
-  // control).
+  // arithmetic: the results equal the single pass bit for bit. r48 (two groups, split scheme)
+  // measured no gain: a group whose state blocks take more than one wave splits the SMs with the
+  // next group's chunk blocks instead of sharing them. Default (session 26, half scheme): groups
+  // of as many whole sequences as have their state blocks in one wave (SMs / blocks per
+  // sequence, at least one sequence), at most one group per 64 chunks, and only from 256 chunks
+  // in all (as for the overlap: below that the extra launches and the fill cost more than they
+  // hide). r74 / r75 (H100, 27b)
+  // measured that size as the best of those tried: 8 x 4096 four groups 1.537 ms against 1.596
+  // ungrouped, 4 x 8192 two groups 1.596 against 1.684; qwen3-next within +-1% (docs/
+  // NOTES_wy_tc.md, session 26). GDN_WYTC_VGROUPS=n asks for n groups wherever it can run
+  // (0: none; tests, experiments), =negctl forces 2 groups and drops the second group's h0
+  // (negative control).
   std::vector<int> group_n0;        // first sequence of each group, then N
   std::vector<std::int64_t> first;  // host copy of the table's `first` (groups only)
   const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
@@ -1721,6 +1727,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     int want = 0;
     if (vneg) want = 2;
     else if (const char* e = std::getenv("GDN_WYTC_VGROUPS")) want = std::max(0, std::atoi(e));
+    else if (half && sms > 0 && NC >= 256) {
+      const int per_seq = pr.HV * (V / SCfg::kVSlice) / (pair ? 2 : 1);  // state blocks
+      const int per_group = std::max(1, sms / std::max(1, per_seq));      // sequences
+      want = static_cast<int>(std::min<std::int64_t>((s.N + per_group - 1) / per_group, NC / 64));
+    }
     want = std::min(want, s.N);
     if (want >= 2) {
       first.assign(s.N + 1, 0);
