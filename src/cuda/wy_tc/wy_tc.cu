@@ -1714,12 +1714,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // of as many whole sequences as have their state blocks in one wave (SMs / blocks per
   // sequence, at least one sequence), at most one group per 64 chunks, and only from 256 chunks
   // in all (as for the overlap: below that the extra launches and the fill cost more than they
-  // hide). r74 / r75 (H100, 27b)
-  // measured that size as the best of those tried: 8 x 4096 four groups 1.537 ms against 1.596
-  // ungrouped, 4 x 8192 two groups 1.596 against 1.684; qwen3-next within +-1% (docs/
-  // NOTES_wy_tc.md, session 26). GDN_WYTC_VGROUPS=n asks for n groups wherever it can run
-  // (0: none; tests, experiments), =negctl forces 2 groups and drops the second group's h0
-  // (negative control).
+  // hide). r77 (H100, same run, ms grouped / not): 27b 8 x 4096 1.54 / 1.59, 4 x 8192 1.57 /
+  // 1.66, 6 x 4096 1.155 / 1.254, 16 x 2048 1.577 / 1.603, 8 x 8192 3.148 / 3.158; qwen3.5-397b
+  // 8 x 4096 1.99 / 2.04; qwen3-next -0.2% to +0.8% (docs/NOTES_wy_tc.md, session 26).
+  // GDN_WYTC_VGROUPS=n asks for n groups wherever it can run (0: none; tests, experiments),
+  // =negctl forces 2 groups and drops the second group's h0 (negative control).
   std::vector<int> group_n0;        // first sequence of each group, then N
   std::vector<std::int64_t> first;  // host copy of the table's `first` (groups only)
   const bool vneg = env_is("GDN_WYTC_VGROUPS", "negctl");
