@@ -335,7 +335,8 @@ TEST(WyTcState, PairedSlicesEqualOneSlicePerBlock) {
 }
 
 // Varlen groups (several sequences, the v9 pass): the chunk kernels of group i + 1 run beside
-// the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; off by default since r48).
+// the state pass of group i (GDN_WYTC_VGROUPS=n forces n groups; by default since session 26
+// under the half scheme from 256 chunks, a size these small cases do not reach).
 // The results equal the single pass (GDN_WYTC_VGROUPS=0) bit for bit and pass the oracle;
 // the negative control (GDN_WYTC_VGROUPS=negctl: 2 groups, the second group's h0 dropped)
 // must differ, which also shows that the grouped path is the one that ran. The sets
