@@ -10,6 +10,7 @@
 #   then: run(command="cd .gpu/head && bash scripts/gpu_final.sh", carry=[".deps", ".gpu/head", ".whl"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install_deps.sh  # a fresh machine lacks the Debian packages the configure step needs
 scripts/gpu_snapshot.sh
 cd .gpu/head
 ln -sfn ../../.deps .deps
