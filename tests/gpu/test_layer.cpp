@@ -298,7 +298,8 @@ std::vector<std::uint16_t> wide_range_input(std::size_t T, int hidden, std::uint
 // One GPU prefill with GDN_LAYER_CONV = conv and GDN_LAYER_NORM = norm (nullptr: unset), random
 // initial states in shuffled slots; the same weights, states and inputs for the same seed.
 void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint64_t seed, bool wide,
-                   const char* conv, ConvRun* out, const char* norm = nullptr) {
+                   const char* conv, ConvRun* out, const char* norm = nullptr,
+                   gdn::Arm arm = gdn::Arm::serial) {
   ASSERT_TRUE(c.validate().ok()) << c.validate().message();
   gdn::testutil::ScopedEnv set_conv("GDN_LAYER_CONV", conv), set_norm("GDN_LAYER_NORM", norm);
   const gl::Weights w = gl::synthesize(c, seed);
@@ -317,7 +318,7 @@ void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint6
   Dev x(x16.size() * 2), y(x16.size() * 2);
   cudaMemcpy(x.p, x16.data(), x16.size() * 2, cudaMemcpyHostToDevice);
   cudaMemset(y.p, 0xff, x16.size() * 2);
-  st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, gdn::Arm::serial);
+  st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, arm);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_TRUE((st = gl::debug_read_conv_output(*ws, T, &out->qkv)).ok()) << st.message();
@@ -445,5 +446,56 @@ TEST(layer_gpu, norm_v4_bitwise_equals_v3_and_v2) {
     std::printf("norm case %zu: v4negctl changes %lld of %zu y elements\n", i,
                 static_cast<long long>(d), neg.y.size());
     EXPECT_GT(d, 0) << "case " << i << ": v4negctl produced v4's y: the comparison cannot fail";
+  }
+}
+
+// The input projection split in two GEMMs ([q|k|v|b|a], then z; GDN_LAYER_ZSPLIT): with the z GEMM
+// on a side stream beside the conv and the recurrence ("2"), and with the conv / recurrence on the
+// layer's middle-priority stream as well ("3"), every output is bitwise the one-stream split's
+// ("1"): the same cuBLAS calls, only their streams differ. Geometries: 27b and qwen3-next heads
+// (wy-tc arm, whose state pass runs on its own side stream) and tiny (P not a multiple of 8).
+// Negative control: "negctl" (the side z GEMM without its last 8 input features) must change y.
+TEST(layer_gpu, zsplit_side_streams_bitwise_equal_one_stream) {
+  struct Case {
+    gl::Config c;
+    std::vector<int> lens;
+    gdn::Arm arm;
+  };
+  const std::vector<Case> cases = {
+      {with_heads("qwen3.5-27b", 256, 16, 48, 4), {3, 0, 200, 77}, gdn::Arm::wy_tc},
+      {with_heads("qwen3-next-80b", 256, 16, 32, 4), {300}, gdn::Arm::wy_tc},
+      {tiny_with(2, 6, 4), {37, 0, 2, 70}, gdn::Arm::automatic}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    ConvRun one, side, prio, neg;
+    const char* names[] = {"1", "2", "3", "negctl"};
+    ConvRun* outs[] = {&one, &side, &prio, &neg};
+    for (int v = 0; v < 4; ++v) {
+      gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", names[v]);
+      ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 450 + i, false, nullptr, outs[v], nullptr, k.arm))
+          << "case " << i << " ZSPLIT=" << names[v];
+    }
+    for (int v = 1; v < 3; ++v) {
+      EXPECT_EQ(count_bit_differences(outs[v]->qkv, one.qkv), 0) << "case " << i << " ZSPLIT=" << names[v] << ": qkv";
+      EXPECT_EQ(count_bit_differences(outs[v]->y, one.y), 0) << "case " << i << " ZSPLIT=" << names[v] << ": y";
+      for (std::size_t n = 0; n < k.lens.size(); ++n) {
+        EXPECT_EQ(count_bit_differences(outs[v]->conv[n], one.conv[n]), 0)
+            << "case " << i << " ZSPLIT=" << names[v] << ": conv state of seq " << n;
+        EXPECT_EQ(count_bit_differences(outs[v]->ssm[n], one.ssm[n]), 0)
+            << "case " << i << " ZSPLIT=" << names[v] << ": recurrent state of seq " << n;
+      }
+    }
+    const std::int64_t d = count_bit_differences(neg.y, one.y);
+    std::printf("zsplit case %zu: negctl changes %lld of %zu y elements\n", i, static_cast<long long>(d),
+                neg.y.size());
+    EXPECT_GT(d, 0) << "case " << i << ": negctl produced the one-stream y: the comparison cannot fail";
+  }
+}
+// The split variants against the fp64 oracle (the fused default is covered above).
+TEST(layer_gpu, prefill_tiny_zsplit_variants_vs_oracle) {
+  for (const char* v : {"1", "2", "3"}) {
+    gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", v);
+    prefill_vs_oracle(gdn::Arm::wy_tc, {37, 0, 70}, 131);
+    prefill_vs_oracle(gdn::Arm::automatic, {1, 2, 0, 3, 26, 1, 33, 0, 5, 64, 2}, 132);
   }
 }

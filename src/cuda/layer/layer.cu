@@ -725,14 +725,26 @@ struct Workspace::Impl {
   int *cu = nullptr, *slots = nullptr;                                     // [max_seqs+1], [max_seqs]
   cublasHandle_t blas = nullptr;
   cudaEvent_t ev[7] = {};
+  // The z GEMM beside the conv and the recurrence (ZSplit::side / ::prio): its own cuBLAS handle
+  // (a handle's workspace must not be shared by two streams at once) on a least-priority stream;
+  // `rs`, a stream between the least and the greatest priority, carries the conv, gates and
+  // recurrence under ZSplit::prio (the wy-tc arm's state pass keeps the greatest priority).
+  cublasHandle_t blas_z = nullptr;
+  cudaStream_t zs = nullptr, rs = nullptr;
+  cudaEvent_t ev_start = nullptr, ev_fork = nullptr, ev_join = nullptr, ev_done = nullptr;
   ~Impl() {
     for (void* p : {static_cast<void*>(proj), static_cast<void*>(qkv), static_cast<void*>(o),
                     static_cast<void*>(normed), static_cast<void*>(g), static_cast<void*>(beta),
                     static_cast<void*>(h0), static_cast<void*>(cu), static_cast<void*>(slots)})
       if (p) cudaFree(p);
     if (blas) cublasDestroy(blas);
+    if (blas_z) cublasDestroy(blas_z);
     for (auto e : ev)
       if (e) cudaEventDestroy(e);
+    for (auto e : {ev_start, ev_fork, ev_join, ev_done})
+      if (e) cudaEventDestroy(e);
+    for (auto q : {zs, rs})
+      if (q) cudaStreamDestroy(q);
   }
 };
 Workspace::Workspace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -759,7 +771,14 @@ Status Workspace::create(const Config& c, std::int64_t max_tokens, int max_seqs,
   GDN_CUDA_TRY(cudaMalloc(&w->cu, (max_seqs + 1) * sizeof(int)));
   GDN_CUDA_TRY(cudaMalloc(&w->slots, max_seqs * sizeof(int)));
   if (!(st = from_cublas(cublasCreate(&w->blas), "cublasCreate")).ok()) return st;
+  if (!(st = from_cublas(cublasCreate(&w->blas_z), "cublasCreate")).ok()) return st;
   for (auto& e : w->ev) GDN_CUDA_TRY(cudaEventCreate(&e));
+  for (auto* e : {&w->ev_start, &w->ev_fork, &w->ev_join, &w->ev_done})
+    GDN_CUDA_TRY(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  int lo = 0, hi = 0;  // least and greatest stream priority (hi <= lo numerically)
+  GDN_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  GDN_CUDA_TRY(cudaStreamCreateWithPriority(&w->zs, cudaStreamNonBlocking, lo));
+  GDN_CUDA_TRY(cudaStreamCreateWithPriority(&w->rs, cudaStreamNonBlocking, lo - (lo - hi) / 2));
   out->reset(new Workspace(std::move(w)));
   return Status::Ok();
 }
@@ -783,14 +802,28 @@ struct GpuLayer::Impl {
   std::size_t conv_slot() const { return static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim(); }
   std::size_t ssm_slot() const { return static_cast<std::size_t>(c.HV) * c.K * c.V; }
 
-  // y[T, n_out] = x[T, k] W[n_out, k]^T, bf16 in/out, fp32 accumulate.
+  // y[T, n_out] = x[T, k] W[n_out, k]^T, bf16 in/out, fp32 accumulate; rows of y ldy apart
+  // (default n_out), rows of x and W ldk apart (default k).
   Status gemm(cublasHandle_t h, const bf16* x, const bf16* W, bf16* y, std::int64_t T, int n_out,
-              int k) const {
+              int k, int ldy = 0, int ldk = 0) const {
     const float one = 1.f, zero = 0.f;
+    if (ldy == 0) ldy = n_out;
+    if (ldk == 0) ldk = k;
     return from_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, static_cast<int>(T), k, &one,
-                                    W, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y, CUDA_R_16BF,
-                                    n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                    W, CUDA_R_16BF, ldk, x, CUDA_R_16BF, ldk, &zero, y, CUDA_R_16BF,
+                                    ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        "cublasGemmEx");
+  }
+  // The input projection's two parts: [q | k | v | b | a] (what the conv and gates need) and z
+  // (needed only by the gated norm), rows of one proj buffer of P columns.
+  int head_cols() const { return c.z_col(); }
+  Status gemm_head(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T) const {
+    return gemm(h, x, w_in, proj, T, head_cols(), c.hidden, c.proj_dim());
+  }
+  Status gemm_z(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T, bool negctl = false) const {
+    // negctl (tests only): the last 8 input features dropped, so z, and y, must change.
+    return gemm(h, x, w_in + static_cast<std::size_t>(head_cols()) * c.hidden, proj + head_cols(), T,
+                c.value_dim(), negctl ? c.hidden - 8 : c.hidden, c.proj_dim(), c.hidden);
   }
 };
 GpuLayer::GpuLayer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -822,7 +855,7 @@ Status GpuLayer::create(const Config& c, const Weights& w, int slots, std::uniqu
   L->slots = slots;
   std::vector<std::uint16_t> w_in;
   w_in.reserve(static_cast<std::size_t>(c.proj_dim()) * H);
-  for (auto* m : {&w.w_qkv, &w.w_z, &w.w_b, &w.w_a}) w_in.insert(w_in.end(), m->begin(), m->end());
+  for (auto* m : {&w.w_qkv, &w.w_b, &w.w_a, &w.w_z}) w_in.insert(w_in.end(), m->begin(), m->end());
   if (!(st = upload(w_in, reinterpret_cast<std::uint16_t**>(&L->w_in))).ok()) return st;
   if (!(st = upload(w.w_out, reinterpret_cast<std::uint16_t**>(&L->w_out))).ok()) return st;
   if (!(st = upload(w.conv_w, &L->conv_w)).ok()) return st;
@@ -871,6 +904,26 @@ Status GpuLayer::set_state(int slot, const std::vector<float>& conv, const std::
 }
 
 namespace {
+// How prefill runs the input projection (GDN_LAYER_ZSPLIT, read at each call; NOTES.md session 27):
+//   fused ("0"): one GEMM for all P columns;
+//   seq   ("1"): [q|k|v|b|a] and z as two GEMMs, one after the other on the caller's stream;
+//   side  ("2"): the z GEMM on a least-priority side stream, forked after the first GEMM and
+//                joined before the gated norm, so it runs beside the conv, gates and recurrence;
+//   prio  ("3"): side, and the conv, gates and recurrence on a stream of middle priority, so their
+//                blocks are placed before the z GEMM's;
+//   negctl (tests only): side with the z GEMM's last 8 input features dropped (y must change).
+// A prefill that measures stage times runs `seq` (its stages must not overlap).
+enum class ZSplit { fused, seq, side, prio, negctl };
+ZSplit zsplit_variant() {
+  const char* e = std::getenv("GDN_LAYER_ZSPLIT");
+  if (!e || !*e) return ZSplit::fused;
+  if (!std::strcmp(e, "1")) return ZSplit::seq;
+  if (!std::strcmp(e, "2")) return ZSplit::side;
+  if (!std::strcmp(e, "3")) return ZSplit::prio;
+  if (!std::strcmp(e, "negctl")) return ZSplit::negctl;
+  return ZSplit::fused;
+}
+
 Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std::int64_t T, int N,
                   const std::int32_t* cu, const std::int32_t* slots) {
   if (w.c.hidden != c.hidden || w.c.proj_dim() != c.proj_dim() || w.c.HV != c.HV ||
@@ -918,59 +971,92 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   if (!(st = copy_i32_by_value(cu_seqlens, N + 1, ws.cu, s)).ok()) return st;
   if (!(st = copy_i32_by_value(slots, N, ws.slots, s)).ok()) return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[0], s));
-  if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
+  ZSplit zv = T > 0 ? zsplit_variant() : ZSplit::fused;
+  if (times && zv != ZSplit::fused) zv = ZSplit::seq;
+  const bool side = zv == ZSplit::side || zv == ZSplit::prio || zv == ZSplit::negctl;
+  // w: the stream of everything but a side z GEMM. Under prio it is the layer's own stream `rs`,
+  // joined to s at the start and at the end.
+  const cudaStream_t w = zv == ZSplit::prio ? ws.rs : s;
+  if (w != s) {
+    GDN_CUDA_TRY(cudaEventRecord(ws.ev_start, s));
+    GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_start, 0));
+  }
+  if (!(st = from_cublas(cublasSetStream(ws.blas, w), "cublasSetStream")).ok()) return st;
 
-  if (T > 0) {
-    if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, T, P, c.hidden)).ok())
+  const auto* x16 = static_cast<const bf16*>(x);
+  if (zv == ZSplit::fused) {
+    if (T > 0 && !(st = L.gemm(ws.blas, x16, L.w_in, ws.proj, T, P, c.hidden)).ok()) return st;
+  } else {
+    if (!(st = L.gemm_head(ws.blas, x16, ws.proj, T)).ok()) return st;
+    if (side) {
+      GDN_CUDA_TRY(cudaEventRecord(ws.ev_fork, w));
+      GDN_CUDA_TRY(cudaStreamWaitEvent(ws.zs, ws.ev_fork, 0));
+      if (!(st = from_cublas(cublasSetStream(ws.blas_z, ws.zs), "cublasSetStream")).ok()) return st;
+      if (!(st = L.gemm_z(ws.blas_z, x16, ws.proj, T, zv == ZSplit::negctl)).ok()) return st;
+      GDN_CUDA_TRY(cudaEventRecord(ws.ev_join, ws.zs));
+    } else if (!(st = L.gemm_z(ws.blas, x16, ws.proj, T)).ok()) {
       return st;
+    }
   }
-  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
-  if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
-                         s)).ok())
-    return st;
-  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
-  if (T > 0) {
-    const std::int64_t n = T * c.HV;
-    gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-        ws.proj, P, c.b_col(), c.a_col(), L.A_log, L.dt_bias, c.HV, T, ws.g, ws.beta);
-    GDN_CUDA_LAUNCH_CHECK("gates_kernel");
-  }
-  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[3], s));
+  // The conv, gates and recurrence on w; an error among them still joins the side streams to s
+  // (below), so that no work of this call is left unordered behind the caller's stream.
+  const Status rec = [&]() -> Status {
+    if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
+    if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
+                           w)).ok())
+      return st;
+    if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
+    if (T > 0) {
+      const std::int64_t n = T * c.HV;
+      gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, w>>>(
+          ws.proj, P, c.b_col(), c.a_col(), L.A_log, L.dt_bias, c.HV, T, ws.g, ws.beta);
+      GDN_CUDA_LAUNCH_CHECK("gates_kernel");
+    }
+    if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[3], s));
 
-  // Recurrence over strided views of qkv; slot states as h0/hT (gathered unless consecutive).
-  bool consecutive = true;
-  for (int n = 1; n < N; ++n) consecutive &= slots[n] == slots[0] + n;
-  const std::size_t ss = L.ssm_slot();
-  float* h = consecutive ? L.ssm_pool + slots[0] * ss : ws.h0;
-  if (!consecutive)
-    for (int n = 0; n < N; ++n)
-      GDN_CUDA_TRY(cudaMemcpyAsync(ws.h0 + n * ss, L.ssm_pool + slots[n] * ss, ss * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
-  Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
-  p.qk_l2norm = true;
-  p.head_map = HeadMap::grouped;  // HF repeat_interleave
-  PrefillArgs a;
-  const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K;
-  a.q = TensorView::strided(ws.qkv, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
-  a.k = TensorView::strided(ws.qkv + HKK, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
-  a.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {T, c.HV, c.V}, {CD, c.V, 1});
-  a.g = TensorView::contiguous(ws.g, DType::f32, {T, c.HV});
-  a.beta = TensorView::contiguous(ws.beta, DType::f32, {T, c.HV});
-  a.o = TensorView::contiguous(ws.o, DType::bf16, {T, c.HV, c.V});
-  a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
-  a.hT = a.h0;
-  a.cu_seqlens = cu_seqlens;
-  a.num_seqs = N;
-  a.cu_seqlens_device = ws.cu;
-  a.on_device = true;
-  a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
-  a.stream = s;
-  if (!(st = gdn::prefill(p, a, arm, info)).ok())
-    return Status(st.code(), "layer recurrence: " + st.message());
-  if (!consecutive)
-    for (int n = 0; n < N; ++n)
-      GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
+    // Recurrence over strided views of qkv; slot states as h0/hT (gathered unless consecutive).
+    bool consecutive = true;
+    for (int n = 1; n < N; ++n) consecutive &= slots[n] == slots[0] + n;
+    const std::size_t ss = L.ssm_slot();
+    float* h = consecutive ? L.ssm_pool + slots[0] * ss : ws.h0;
+    if (!consecutive)
+      for (int n = 0; n < N; ++n)
+        GDN_CUDA_TRY(cudaMemcpyAsync(ws.h0 + n * ss, L.ssm_pool + slots[n] * ss, ss * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, w));
+    Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
+    p.qk_l2norm = true;
+    p.head_map = HeadMap::grouped;  // HF repeat_interleave
+    PrefillArgs a;
+    const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K;
+    a.q = TensorView::strided(ws.qkv, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
+    a.k = TensorView::strided(ws.qkv + HKK, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
+    a.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {T, c.HV, c.V}, {CD, c.V, 1});
+    a.g = TensorView::contiguous(ws.g, DType::f32, {T, c.HV});
+    a.beta = TensorView::contiguous(ws.beta, DType::f32, {T, c.HV});
+    a.o = TensorView::contiguous(ws.o, DType::bf16, {T, c.HV, c.V});
+    a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
+    a.hT = a.h0;
+    a.cu_seqlens = cu_seqlens;
+    a.num_seqs = N;
+    a.cu_seqlens_device = ws.cu;
+    a.on_device = true;
+    a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
+    a.stream = w;
+    if (Status r = gdn::prefill(p, a, arm, info); !r.ok())
+      return Status(r.code(), "layer recurrence: " + r.message());
+    if (!consecutive)
+      for (int n = 0; n < N; ++n)
+        GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, w));
+    return Status::Ok();
+  }();
+  if (side) GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_join, 0));
+  if (w != s) {
+    GDN_CUDA_TRY(cudaEventRecord(ws.ev_done, w));
+    GDN_CUDA_TRY(cudaStreamWaitEvent(s, ws.ev_done, 0));
+    if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
+  }
+  if (!rec.ok()) return rec;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[4], s));
   if (!(st = launch_gated_norm(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
                                static_cast<float>(c.eps), T * c.HV, ws.normed, s)).ok())
@@ -1056,9 +1142,14 @@ Status GpuLayer::gemms_only(const void* x, void* y, std::int64_t T, Workspace& w
   auto s = static_cast<cudaStream_t>(stream);
   Status st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream");
   if (!st.ok()) return st;
-  if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, T, L.c.proj_dim(),
-                    L.c.hidden)).ok())
+  // The same GEMMs as prefill under the current GDN_LAYER_ZSPLIT, one after the other.
+  const auto* x16 = static_cast<const bf16*>(x);
+  if (zsplit_variant() == ZSplit::fused) {
+    if (!(st = L.gemm(ws.blas, x16, L.w_in, ws.proj, T, L.c.proj_dim(), L.c.hidden)).ok()) return st;
+  } else if (!(st = L.gemm_head(ws.blas, x16, ws.proj, T)).ok() ||
+             !(st = L.gemm_z(ws.blas, x16, ws.proj, T)).ok()) {
     return st;
+  }
   return L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, L.c.hidden, L.c.value_dim());
 }
 
