@@ -107,6 +107,12 @@ float bf16_to_f32(std::uint16_t b);
 #ifdef GDN_WITH_CUDA
 namespace gdn::layer {
 
+// How prefill runs the input projection now (GDN_LAYER_ZSPLIT, read at each call): "fused" (one
+// GEMM; default), "seq" (two GEMMs, one stream), "side" (the z GEMM on a side stream beside the
+// conv and recurrence), "prio" (side, and the conv / recurrence on a middle-priority stream),
+// "negctl" (tests only). For benchmark records.
+const char* zsplit_name();
+
 // Device time per stage (CUDA events), accumulated over calls.
 struct StageTimes {
   double proj = 0, conv = 0, gates = 0, recur = 0, norm = 0, out = 0;  // ms

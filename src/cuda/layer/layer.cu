@@ -952,6 +952,16 @@ Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std
 }
 }  // namespace
 
+const char* zsplit_name() {
+  switch (zsplit_variant()) {
+    case ZSplit::seq: return "seq";
+    case ZSplit::side: return "side";
+    case ZSplit::prio: return "prio";
+    case ZSplit::negctl: return "negctl";
+    default: return "fused";
+  }
+}
+
 Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens, int N,
                          const std::int32_t* slots, Workspace& wsp, void* stream, Arm arm,
                          StageTimes* times, RunInfo* info) {
