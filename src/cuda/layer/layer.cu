@@ -952,6 +952,27 @@ Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std
 }
 }  // namespace
 
+namespace {
+// The recurrence inside the layer: HF's normalised q, k and grouped head map, over strided views
+// of the conv output (q | k | v per token row) and the gates / output of the workspace, T rows.
+Problem recurrence_problem(const Config& c) {
+  Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
+  p.qk_l2norm = true;
+  p.head_map = HeadMap::grouped;  // HF repeat_interleave
+  return p;
+}
+void recurrence_views(const Config& c, const Workspace::Impl& ws, std::int64_t T, TensorView* q,
+                      TensorView* k, TensorView* v, TensorView* g, TensorView* beta, TensorView* o) {
+  const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K, CD = c.conv_dim();
+  *q = TensorView::strided(ws.qkv, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
+  *k = TensorView::strided(ws.qkv + HKK, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
+  *v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {T, c.HV, c.V}, {CD, c.V, 1});
+  *g = TensorView::contiguous(ws.g, DType::f32, {T, c.HV});
+  *beta = TensorView::contiguous(ws.beta, DType::f32, {T, c.HV});
+  *o = TensorView::contiguous(ws.o, DType::bf16, {T, c.HV, c.V});
+}
+}  // namespace
+
 const char* zsplit_name() {
   switch (zsplit_variant()) {
     case ZSplit::seq: return "seq";
@@ -1033,17 +1054,9 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
       for (int n = 0; n < N; ++n)
         GDN_CUDA_TRY(cudaMemcpyAsync(ws.h0 + n * ss, L.ssm_pool + slots[n] * ss, ss * sizeof(float),
                                      cudaMemcpyDeviceToDevice, w));
-    Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
-    p.qk_l2norm = true;
-    p.head_map = HeadMap::grouped;  // HF repeat_interleave
+    const Problem p = recurrence_problem(c);
     PrefillArgs a;
-    const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K;
-    a.q = TensorView::strided(ws.qkv, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
-    a.k = TensorView::strided(ws.qkv + HKK, DType::bf16, {T, c.HK, c.K}, {CD, c.K, 1});
-    a.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {T, c.HV, c.V}, {CD, c.V, 1});
-    a.g = TensorView::contiguous(ws.g, DType::f32, {T, c.HV});
-    a.beta = TensorView::contiguous(ws.beta, DType::f32, {T, c.HV});
-    a.o = TensorView::contiguous(ws.o, DType::bf16, {T, c.HV, c.V});
+    recurrence_views(c, ws, T, &a.q, &a.k, &a.v, &a.g, &a.beta, &a.o);
     a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
     a.hT = a.h0;
     a.cu_seqlens = cu_seqlens;
@@ -1108,17 +1121,9 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
                                                       L.dt_bias, c.HV, N, ws.g, ws.beta);
   GDN_CUDA_LAUNCH_CHECK("gates_kernel");
   {  // the recurrence step: gdn::decode over the slot pool (indices checked above, host copy given)
-    Problem p = Problem::make(c.HK, c.HV, c.K, c.V);
-    p.qk_l2norm = true;
-    p.head_map = HeadMap::grouped;  // HF repeat_interleave
-    const std::int64_t HKK = static_cast<std::int64_t>(c.HK) * c.K;
+    const Problem p = recurrence_problem(c);
     DecodeArgs d;
-    d.q = TensorView::strided(ws.qkv, DType::bf16, {N, c.HK, c.K}, {CD, c.K, 1});
-    d.k = TensorView::strided(ws.qkv + HKK, DType::bf16, {N, c.HK, c.K}, {CD, c.K, 1});
-    d.v = TensorView::strided(ws.qkv + 2 * HKK, DType::bf16, {N, c.HV, c.V}, {CD, c.V, 1});
-    d.g = TensorView::contiguous(ws.g, DType::f32, {N, c.HV});
-    d.beta = TensorView::contiguous(ws.beta, DType::f32, {N, c.HV});
-    d.o = TensorView::contiguous(ws.o, DType::bf16, {N, c.HV, c.V});
+    recurrence_views(c, ws, N, &d.q, &d.k, &d.v, &d.g, &d.beta, &d.o);
     d.state = TensorView::contiguous(L.ssm_pool, DType::f32, {L.slots, c.HV, c.K, c.V});
     d.state_indices = ws.slots;
     d.state_indices_host = slots;
