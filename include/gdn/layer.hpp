@@ -149,6 +149,9 @@ class GpuLayer {
   // cu_seqlens: host [N+1]; slots: host [N] distinct slot indices. The initial conv and recurrent
   // states are read from the slots and the final ones written back (zero them for new sequences).
   // `times`, if given, accumulates per-stage device time (adds event synchronization).
+  // A call rejected by its checks, or whose conv, gates or recurrence fails, leaves y and the
+  // slots' states as they were (the new conv states are written after the recurrence); a failure
+  // after that (the norm or the output GEMM) leaves the new states written and y not.
   Status prefill(const void* x, void* y, const std::int32_t* cu_seqlens, int N,
                  const std::int32_t* slots, Workspace& ws, void* stream = nullptr,
                  Arm arm = Arm::automatic, StageTimes* times = nullptr, RunInfo* info = nullptr);

@@ -572,3 +572,63 @@ TEST(layer_gpu, prefill_graph_capture_equals_eager_fused_and_zsplit) {
   expect_capture_equals_eager("2", gdn::Arm::wy_tc);
   expect_capture_equals_eager("3", gdn::Arm::wy_tc);
 }
+
+// A prefill whose recurrence fails (injected: GDN_LAYER_TEST_FAIL=recurrence) returns the error
+// and leaves every slot's conv and recurrent state and y as they were, also with the z GEMM on
+// its side stream (ZSPLIT=3: the error path joins the side streams). Negative control: the same
+// call without the injection succeeds and changes the states and y.
+TEST(layer_gpu, failed_recurrence_leaves_slot_states_and_y_untouched) {
+  const gl::Config c = tiny_with(2, 4, 4);
+  const std::vector<int> lens = {37, 0, 70};
+  const gl::Weights w = gl::synthesize(c, 480);
+  const int N = static_cast<int>(lens.size());
+  std::vector<std::int32_t> cu = {0}, slots;
+  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back(N - n);  // 3 2 1
+  const std::int64_t T = cu.back();
+  const auto x16 = random_bf16(static_cast<std::size_t>(T) * c.hidden, 481);
+  for (const char* zsplit : {static_cast<const char*>(nullptr), "3"}) {
+    gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", zsplit);
+    const std::string ctx = std::string("ZSPLIT=") + (zsplit ? zsplit : "unset");
+    std::unique_ptr<gl::GpuLayer> L;
+    gdn::Status st = gl::GpuLayer::create(c, w, N + 1, &L);
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::unique_ptr<gl::Workspace> ws;
+    ASSERT_TRUE((st = gl::Workspace::create(c, T, N, &ws)).ok()) << st.message();
+    ASSERT_NO_FATAL_FAILURE(set_random_states(*L, c, slots, 482, nullptr));
+    Dev x(x16.size() * 2), y(x16.size() * 2);
+    cudaMemcpy(x.p, x16.data(), x16.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemset(y.p, 0x5a, x16.size() * 2);
+    auto snapshot = [&](std::vector<std::vector<float>>* conv, std::vector<std::vector<float>>* ssm,
+                        std::vector<std::uint16_t>* yv) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      conv->resize(N), ssm->resize(N);
+      for (int n = 0; n < N; ++n) ASSERT_TRUE(L->get_state(slots[n], &(*conv)[n], &(*ssm)[n]).ok());
+      yv->resize(x16.size());
+      ASSERT_EQ(cudaMemcpy(yv->data(), y.p, yv->size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    };
+    std::vector<std::vector<float>> conv0, ssm0, conv1, ssm1, conv2, ssm2;
+    std::vector<std::uint16_t> y0, y1, y2;
+    ASSERT_NO_FATAL_FAILURE(snapshot(&conv0, &ssm0, &y0));
+    {
+      gdn::testutil::ScopedEnv fail("GDN_LAYER_TEST_FAIL", "recurrence");
+      st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, gdn::Arm::automatic);
+    }
+    EXPECT_FALSE(st.ok()) << ctx;
+    EXPECT_NE(st.message().find("injected failure"), std::string::npos) << ctx << ": " << st.message();
+    ASSERT_NO_FATAL_FAILURE(snapshot(&conv1, &ssm1, &y1));
+    EXPECT_EQ(count_bit_differences(y1, y0), 0) << ctx << ": y written by a failed prefill";
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(count_bit_differences(conv1[n], conv0[n]), 0) << ctx << ": conv state of seq " << n;
+      EXPECT_EQ(count_bit_differences(ssm1[n], ssm0[n]), 0) << ctx << ": recurrent state of seq " << n;
+    }
+    // Negative control: the same call, not failed, moves y and the states of non-empty sequences.
+    st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, gdn::Arm::automatic);
+    ASSERT_TRUE(st.ok()) << ctx << ": " << st.message();
+    ASSERT_NO_FATAL_FAILURE(snapshot(&conv2, &ssm2, &y2));
+    EXPECT_GT(count_bit_differences(y2, y0), 0) << ctx;
+    for (int n : {0, 2}) {
+      EXPECT_GT(count_bit_differences(conv2[n], conv0[n]), 0) << ctx << ": conv state of seq " << n;
+      EXPECT_GT(count_bit_differences(ssm2[n], ssm0[n]), 0) << ctx << ": recurrent state of seq " << n;
+    }
+  }
+}

@@ -662,6 +662,15 @@ Status launch_conv(const bf16* proj, int P, bf16* conv_pool, const int* slots, c
         proj, P, conv_pool, slots, cu, N, conv_w, CD, static_cast<int>(T), chan_blocks, qkv);
     GDN_CUDA_LAUNCH_CHECK("conv_silu_kernel");
   }
+  return Status::Ok();
+}
+
+// The slots' new conv states (after the recurrence succeeded: a failed prefill leaves them as
+// they were). Reads proj's q|k|v columns and the old states.
+Status launch_conv_state(const bf16* proj, int P, bf16* conv_pool, const int* slots, const int* cu,
+                         int N, int KW, int CD, cudaStream_t s) {
+  const bool v8 = CD % 8 == 0 && P % 8 == 0;
+  const int vec = v8 ? 8 : 2;
   if (KW > 1) {
     dim3 grid((CD / vec + 127) / 128, N);
     if (v8) conv_state_kernel<8><<<grid, 128, 0, s>>>(proj, P, conv_pool, slots, cu, N, KW, CD);
@@ -1065,13 +1074,17 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
     a.on_device = true;
     a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
     a.stream = w;
+    // GDN_LAYER_TEST_FAIL=recurrence (tests only): the recurrence reports a failure without
+    // running, to test that a failed prefill leaves the slots' states and y untouched.
+    if (cuda::env_is("GDN_LAYER_TEST_FAIL", "recurrence"))
+      return Status::Internal("layer recurrence: injected failure (GDN_LAYER_TEST_FAIL)");
     if (Status r = gdn::prefill(p, a, arm, info); !r.ok())
       return Status(r.code(), "layer recurrence: " + r.message());
     if (!consecutive)
       for (int n = 0; n < N; ++n)
         GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
                                      cudaMemcpyDeviceToDevice, w));
-    return Status::Ok();
+    return launch_conv_state(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD, w);
   }();
   if (side) GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_join, 0));
   if (w != s) {
