@@ -1123,6 +1123,19 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   if (!x || !y) return Status::Invalid("layer decode: null x or y");
   auto s = static_cast<cudaStream_t>(stream);
   const int P = c.proj_dim(), CD = c.conv_dim(), KW = c.conv_kernel;
+  // The recurrence step: gdn::decode over the slot pool (indices checked above, host copy given),
+  // its arguments checked before anything runs: the conv below updates the slots' conv states in
+  // place, so a decode call rejected after it would have advanced them.
+  const Problem p = recurrence_problem(c);
+  DecodeArgs d;
+  recurrence_views(c, ws, N, &d.q, &d.k, &d.v, &d.g, &d.beta, &d.o);
+  d.state = TensorView::contiguous(L.ssm_pool, DType::f32, {L.slots, c.HV, c.K, c.V});
+  d.state_indices = ws.slots;
+  d.state_indices_host = slots;
+  d.on_device = true;
+  d.stream = s;
+  if (!(st = gdn::validate_decode(p, d, false)).ok())
+    return Status(st.code(), "layer decode recurrence: " + st.message());
   if (!(st = copy_i32_by_value(slots, N, ws.slots, s)).ok()) return st;  // by value, no sync
   if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
   if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, N, P, c.hidden)).ok())
@@ -1133,17 +1146,7 @@ Status GpuLayer::decode(const void* x, void* y, int N, const std::int32_t* slots
   gates_kernel<<<(N * c.HV + 255) / 256, 256, 0, s>>>(ws.proj, P, c.b_col(), c.a_col(), L.A_log,
                                                       L.dt_bias, c.HV, N, ws.g, ws.beta);
   GDN_CUDA_LAUNCH_CHECK("gates_kernel");
-  {  // the recurrence step: gdn::decode over the slot pool (indices checked above, host copy given)
-    const Problem p = recurrence_problem(c);
-    DecodeArgs d;
-    recurrence_views(c, ws, N, &d.q, &d.k, &d.v, &d.g, &d.beta, &d.o);
-    d.state = TensorView::contiguous(L.ssm_pool, DType::f32, {L.slots, c.HV, c.K, c.V});
-    d.state_indices = ws.slots;
-    d.state_indices_host = slots;
-    d.on_device = true;
-    d.stream = s;
-    if (!(st = gdn::decode(p, d)).ok()) return st;
-  }
+  if (!(st = gdn::decode(p, d)).ok()) return st;
   if (!(st = launch_gated_norm(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
                                static_cast<float>(c.eps), static_cast<std::int64_t>(N) * c.HV,
                                ws.normed, s)).ok())
