@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Layer A/B of GDN_LAYER_ZSPLIT (written in session 27, when no GPU was lent; first run pending):
-# every GPU test; the layer with GDN_LAYER_ZSPLIT = 0 / 1 / 2 / 3 interleaved (27b two rounds,
+# every GPU test; the layer with GDN_LAYER_ZSPLIT = 0 / 1 / 2 / 3 / 4 interleaved (27b two rounds,
 # qwen3-next one); ncu's view of the cuBLAS kernels (grid: persistent or not); the #5 cases once.
 # HERE: GDN_JOBS=2 bash scripts/gpu_prebuild.sh; cd .gpu/head; rm -f build-gpu/libgdn.a; find build-gpu
 # -name gdn_precision_emu -delete. Device call: run(command="cd .gpu/head && OUT=$OUT bash
@@ -26,10 +26,10 @@ lay() {  # zsplit, preset
   [[ $1 == 0 ]] && echo "$out" | grep -E '^(projections|conv|gates|recurrence|norm|out-proj|sum) ' >> "$R"
 }
 for round in 1 2; do
-  for v in 0 1 2 3; do lay $v qwen3.5-27b; done
+  for v in 0 1 2 3 4; do lay $v qwen3.5-27b; done
   echo "round $round done ($(( $(date +%s) - t0 )) s)" >> "$R"
 done
-for v in 0 1 2 3; do lay $v qwen3-next-80b; done
+for v in 0 1 2 3 4; do lay $v qwen3-next-80b; done
 echo "layers done ($(( $(date +%s) - t0 )) s)" >> "$R"
 # Which kernels cuBLAS runs for the three GEMMs, and their grids (persistent = one block per SM).
 GDN_LAYER_ZSPLIT=1 timeout 90 ncu --clock-control none --metrics launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,gpu__time_duration.sum \

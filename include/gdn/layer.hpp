@@ -110,7 +110,7 @@ namespace gdn::layer {
 // How prefill runs the input projection now (GDN_LAYER_ZSPLIT, read at each call): "fused" (one
 // GEMM; default), "seq" (two GEMMs, one stream), "side" (the z GEMM on a side stream beside the
 // conv and recurrence), "prio" (side, and the conv / recurrence on a middle-priority stream),
-// "negctl" (tests only). For benchmark records.
+// "slabs" (prio with the z GEMM in 8 token slabs), "negctl" (tests only). For benchmark records.
 const char* zsplit_name();
 
 // Device time per stage (CUDA events), accumulated over calls.

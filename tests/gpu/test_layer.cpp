@@ -491,13 +491,16 @@ TEST(layer_gpu, zsplit_side_streams_bitwise_equal_one_stream) {
     EXPECT_GT(d, 0) << "case " << i << ": negctl produced the one-stream y: the comparison cannot fail";
   }
 }
-// The split variants against the fp64 oracle (the fused default is covered above).
+// The split variants against the fp64 oracle (the fused default is covered above). 4 splits the
+// z GEMM in token slabs of max(1024, T / 8): the 2130-token case runs it as 2 + 1 GEMMs.
 TEST(layer_gpu, prefill_tiny_zsplit_variants_vs_oracle) {
-  for (const char* v : {"1", "2", "3"}) {
+  for (const char* v : {"1", "2", "3", "4"}) {
     gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", v);
     prefill_vs_oracle(gdn::Arm::wy_tc, {37, 0, 70}, 131);
     prefill_vs_oracle(gdn::Arm::automatic, {1, 2, 0, 3, 26, 1, 33, 0, 5, 64, 2}, 132);
   }
+  gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", "4");
+  prefill_vs_oracle(gdn::Arm::wy_tc, {1100, 0, 1030}, 133);
 }
 
 namespace {
@@ -571,6 +574,7 @@ TEST(layer_gpu, prefill_graph_capture_equals_eager_fused_and_zsplit) {
   expect_capture_equals_eager("1", gdn::Arm::wy_tc);
   expect_capture_equals_eager("2", gdn::Arm::wy_tc);
   expect_capture_equals_eager("3", gdn::Arm::wy_tc);
+  expect_capture_equals_eager("4", gdn::Arm::wy_tc);
 }
 
 // A prefill whose recurrence fails (injected: GDN_LAYER_TEST_FAIL=recurrence) returns the error

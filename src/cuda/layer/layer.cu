@@ -829,10 +829,22 @@ struct GpuLayer::Impl {
   Status gemm_head(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T) const {
     return gemm(h, x, w_in, proj, T, head_cols(), c.hidden, c.proj_dim());
   }
-  Status gemm_z(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T, bool negctl = false) const {
+  // slab > 0: one GEMM per `slab` tokens (shorter kernels, so that a late-placed block holds its
+  // SM for less time when the GEMM runs beside the recurrence; ZSplit::slabs).
+  Status gemm_z(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T, bool negctl = false,
+                std::int64_t slab = 0) const {
     // negctl (tests only): the last 8 input features dropped, so z, and y, must change.
-    return gemm(h, x, w_in + static_cast<std::size_t>(head_cols()) * c.hidden, proj + head_cols(), T,
-                c.value_dim(), negctl ? c.hidden - 8 : c.hidden, c.proj_dim(), c.hidden);
+    const int k = negctl ? c.hidden - 8 : c.hidden;
+    const bf16* wz = w_in + static_cast<std::size_t>(head_cols()) * c.hidden;
+    if (slab <= 0) slab = T;
+    for (std::int64_t t0 = 0; t0 < T; t0 += slab) {
+      const std::int64_t n = std::min(slab, T - t0);
+      if (Status st = gemm(h, x + t0 * c.hidden, wz, proj + t0 * c.proj_dim() + head_cols(), n,
+                           c.value_dim(), k, c.proj_dim(), c.hidden);
+          !st.ok())
+        return st;
+    }
+    return Status::Ok();
   }
 };
 GpuLayer::GpuLayer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -920,17 +932,24 @@ namespace {
 //                joined before the gated norm, so it runs beside the conv, gates and recurrence;
 //   prio  ("3"): side, and the conv, gates and recurrence on a stream of middle priority, so their
 //                blocks are placed before the z GEMM's;
+//   slabs ("4"): prio with the z GEMM as 8 GEMMs of T/8 tokens (at least 1024 each);
 //   negctl (tests only): side with the z GEMM's last 8 input features dropped (y must change).
 // A prefill that measures stage times runs `seq` (its stages must not overlap).
-enum class ZSplit { fused, seq, side, prio, negctl };
+enum class ZSplit { fused, seq, side, prio, slabs, negctl };
 ZSplit zsplit_variant() {
   const char* e = std::getenv("GDN_LAYER_ZSPLIT");
   if (!e || !*e) return ZSplit::fused;
   if (!std::strcmp(e, "1")) return ZSplit::seq;
   if (!std::strcmp(e, "2")) return ZSplit::side;
   if (!std::strcmp(e, "3")) return ZSplit::prio;
+  if (!std::strcmp(e, "4")) return ZSplit::slabs;
   if (!std::strcmp(e, "negctl")) return ZSplit::negctl;
   return ZSplit::fused;
+}
+
+// Tokens per z GEMM (0: one GEMM for all T).
+std::int64_t z_slab(ZSplit zv, std::int64_t T) {
+  return zv == ZSplit::slabs ? std::max<std::int64_t>(1024, (T + 7) / 8) : 0;
 }
 
 Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std::int64_t T, int N,
@@ -987,6 +1006,7 @@ const char* zsplit_name() {
     case ZSplit::seq: return "seq";
     case ZSplit::side: return "side";
     case ZSplit::prio: return "prio";
+    case ZSplit::slabs: return "slabs";
     case ZSplit::negctl: return "negctl";
     default: return "fused";
   }
@@ -1013,10 +1033,12 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[0], s));
   ZSplit zv = T > 0 ? zsplit_variant() : ZSplit::fused;
   if (times && zv != ZSplit::fused) zv = ZSplit::seq;
-  const bool side = zv == ZSplit::side || zv == ZSplit::prio || zv == ZSplit::negctl;
+  const bool side =
+      zv == ZSplit::side || zv == ZSplit::prio || zv == ZSplit::slabs || zv == ZSplit::negctl;
   // w: the stream of everything but a side z GEMM. Under prio it is the layer's own stream `rs`,
   // joined to s at the start and at the end.
-  const cudaStream_t w = zv == ZSplit::prio ? ws.rs : s;
+  const cudaStream_t w = zv == ZSplit::prio || zv == ZSplit::slabs ? ws.rs : s;
+  const std::int64_t slab = z_slab(zv, T);
   if (w != s) {
     GDN_CUDA_TRY(cudaEventRecord(ws.ev_start, s));
     GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_start, 0));
@@ -1032,7 +1054,7 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
       GDN_CUDA_TRY(cudaEventRecord(ws.ev_fork, w));
       GDN_CUDA_TRY(cudaStreamWaitEvent(ws.zs, ws.ev_fork, 0));
       if (!(st = from_cublas(cublasSetStream(ws.blas_z, ws.zs), "cublasSetStream")).ok()) return st;
-      if (!(st = L.gemm_z(ws.blas_z, x16, ws.proj, T, zv == ZSplit::negctl)).ok()) return st;
+      if (!(st = L.gemm_z(ws.blas_z, x16, ws.proj, T, zv == ZSplit::negctl, slab)).ok()) return st;
       GDN_CUDA_TRY(cudaEventRecord(ws.ev_join, ws.zs));
     } else if (!(st = L.gemm_z(ws.blas, x16, ws.proj, T)).ok()) {
       return st;
@@ -1175,10 +1197,11 @@ Status GpuLayer::gemms_only(const void* x, void* y, std::int64_t T, Workspace& w
   if (!st.ok()) return st;
   // The same GEMMs as prefill under the current GDN_LAYER_ZSPLIT, one after the other.
   const auto* x16 = static_cast<const bf16*>(x);
-  if (zsplit_variant() == ZSplit::fused) {
+  const ZSplit zv = zsplit_variant();
+  if (zv == ZSplit::fused) {
     if (!(st = L.gemm(ws.blas, x16, L.w_in, ws.proj, T, L.c.proj_dim(), L.c.hidden)).ok()) return st;
   } else if (!(st = L.gemm_head(ws.blas, x16, ws.proj, T)).ok() ||
-             !(st = L.gemm_z(ws.blas, x16, ws.proj, T)).ok()) {
+             !(st = L.gemm_z(ws.blas, x16, ws.proj, T, false, z_slab(zv, T))).ok()) {
     return st;
   }
   return L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, L.c.hidden, L.c.value_dim());
