@@ -1045,24 +1045,25 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   }
   if (!(st = from_cublas(cublasSetStream(ws.blas, w), "cublasSetStream")).ok()) return st;
 
+  // The input GEMMs, then the conv, gates and recurrence, on w (the z GEMM on zs when `side`); an
+  // error anywhere among them still joins the side streams to s (below), so that no work of this
+  // call is left unordered behind the caller's stream (nor a capture left with an unjoined stream).
   const auto* x16 = static_cast<const bf16*>(x);
-  if (zv == ZSplit::fused) {
-    if (T > 0 && !(st = L.gemm(ws.blas, x16, L.w_in, ws.proj, T, P, c.hidden)).ok()) return st;
-  } else {
-    if (!(st = L.gemm_head(ws.blas, x16, ws.proj, T)).ok()) return st;
-    if (side) {
-      GDN_CUDA_TRY(cudaEventRecord(ws.ev_fork, w));
-      GDN_CUDA_TRY(cudaStreamWaitEvent(ws.zs, ws.ev_fork, 0));
-      if (!(st = from_cublas(cublasSetStream(ws.blas_z, ws.zs), "cublasSetStream")).ok()) return st;
-      if (!(st = L.gemm_z(ws.blas_z, x16, ws.proj, T, zv == ZSplit::negctl, slab)).ok()) return st;
-      GDN_CUDA_TRY(cudaEventRecord(ws.ev_join, ws.zs));
-    } else if (!(st = L.gemm_z(ws.blas, x16, ws.proj, T)).ok()) {
-      return st;
-    }
-  }
-  // The conv, gates and recurrence on w; an error among them still joins the side streams to s
-  // (below), so that no work of this call is left unordered behind the caller's stream.
-  const Status rec = [&]() -> Status {
+  bool forked = false;  // zs waits on w: ev_join must be waited on before returning
+  const Status pre = [&]() -> Status {
+    if (zv == ZSplit::fused)
+      return T > 0 ? L.gemm(ws.blas, x16, L.w_in, ws.proj, T, P, c.hidden) : Status::Ok();
+    if (Status r = L.gemm_head(ws.blas, x16, ws.proj, T); !r.ok()) return r;
+    if (!side) return L.gemm_z(ws.blas, x16, ws.proj, T);
+    GDN_CUDA_TRY(cudaEventRecord(ws.ev_fork, w));
+    GDN_CUDA_TRY(cudaStreamWaitEvent(ws.zs, ws.ev_fork, 0));
+    forked = true;
+    Status r = from_cublas(cublasSetStream(ws.blas_z, ws.zs), "cublasSetStream");
+    if (r.ok()) r = L.gemm_z(ws.blas_z, x16, ws.proj, T, zv == ZSplit::negctl, slab);
+    GDN_CUDA_TRY(cudaEventRecord(ws.ev_join, ws.zs));  // also after a failed z GEMM: the join
+    return r;
+  }();
+  const Status rec = !pre.ok() ? pre : [&]() -> Status {
     if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
     if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
                            w)).ok())
@@ -1108,7 +1109,7 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
                                      cudaMemcpyDeviceToDevice, w));
     return launch_conv_state(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD, w);
   }();
-  if (side) GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_join, 0));
+  if (forked) GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_join, 0));
   if (w != s) {
     GDN_CUDA_TRY(cudaEventRecord(ws.ev_done, w));
     GDN_CUDA_TRY(cudaStreamWaitEvent(s, ws.ev_done, 0));
