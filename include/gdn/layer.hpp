@@ -1,8 +1,7 @@
 // gdn::layer — the whole Gated DeltaNet token mixer of Qwen3.5 and Qwen3-Next (HF transformers'
 // Qwen3_5GatedDeltaNet / Qwen3NextGatedDeltaNet), around the recurrence of gdn.hpp:
 //
-//   proj  = x W_in^T                     bf16 GEMMs into [q | k | v | b | a | z] columns (z last:
-//                                        its GEMM may run beside the conv and the recurrence)
+//   proj  = x W_in^T                     one bf16 GEMM: [q | k | v | z | b | a] columns
 //   qkv   = silu(causal_depthwise_conv1d(proj[:, q|k|v]))   kernel 4, conv state in/out
 //   beta  = sigmoid(b);  g = -exp(A_log) * softplus(a + dt_bias)
 //   o     = gated_delta_rule(q, k, v, g, beta; qk_l2norm, grouped head map, scale K^-1/2)
@@ -44,12 +43,11 @@ struct Config {
   int key_dim() const { return HK * K; }
   int value_dim() const { return HV * V; }
   int conv_dim() const { return 2 * key_dim() + value_dim(); }  // q | k | v channels
-  // Columns of the fused input projection: q | k | v | b | a | z. z comes last so that its GEMM
-  // can be a separate call (GDN_LAYER_ZSPLIT) writing the tail columns.
+  // Columns of the fused input projection: q | k | v | z | b | a.
   int proj_dim() const { return conv_dim() + value_dim() + 2 * HV; }
-  int b_col() const { return conv_dim(); }
-  int a_col() const { return conv_dim() + HV; }
-  int z_col() const { return conv_dim() + 2 * HV; }
+  int z_col() const { return conv_dim(); }
+  int b_col() const { return conv_dim() + value_dim(); }
+  int a_col() const { return conv_dim() + value_dim() + HV; }
   Status validate() const;
 };
 
@@ -106,12 +104,6 @@ float bf16_to_f32(std::uint16_t b);
 
 #ifdef GDN_WITH_CUDA
 namespace gdn::layer {
-
-// How prefill runs the input projection now (GDN_LAYER_ZSPLIT, read at each call): "fused" (one
-// GEMM; default), "seq" (two GEMMs, one stream), "side" (the z GEMM on a side stream beside the
-// conv and recurrence), "prio" (side, and the conv / recurrence on a middle-priority stream),
-// "slabs" (prio with the z GEMM in 8 token slabs), "negctl" (tests only). For benchmark records.
-const char* zsplit_name();
 
 // Device time per stage (CUDA events), accumulated over calls.
 struct StageTimes {

@@ -170,15 +170,15 @@ TEST(layer_config, presets) {
   EXPECT_EQ(c.num_layers, 64);
   EXPECT_EQ(c.gdn_layers.back(), 62);  // layer 63 is full attention
   EXPECT_EQ(c.conv_dim(), 2 * 16 * 128 + 48 * 128);
-  // The input projection's columns q | k | v | b | a | z: z last and 16-byte aligned, so that its
-  // GEMM can write the tail of the rows (GDN_LAYER_ZSPLIT) and the gated norm read 16-B vectors.
-  EXPECT_EQ(c.b_col(), c.conv_dim());
+  // The input projection's columns q | k | v | z | b | a, z 16-byte aligned (the gated norm's
+  // 16-B path reads z rows).
+  EXPECT_EQ(c.z_col(), c.conv_dim());
+  EXPECT_EQ(c.b_col(), c.z_col() + c.value_dim());
   EXPECT_EQ(c.a_col(), c.b_col() + c.HV);
-  EXPECT_EQ(c.z_col(), c.a_col() + c.HV);
-  EXPECT_EQ(c.z_col() + c.value_dim(), c.proj_dim());
+  EXPECT_EQ(c.a_col() + c.HV, c.proj_dim());
   EXPECT_EQ(c.z_col() % 8, 0);
   ASSERT_TRUE(gl::preset("qwen3-next-80b", &c));
-  EXPECT_EQ(c.z_col() + c.value_dim(), c.proj_dim());
+  EXPECT_EQ(c.a_col() + c.HV, c.proj_dim());
   EXPECT_EQ(c.z_col() % 8, 0);
   EXPECT_EQ(c.gdn_layers.size(), 36u);
   EXPECT_EQ(c.family, gl::Family::qwen3_next);

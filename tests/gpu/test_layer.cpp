@@ -298,8 +298,7 @@ std::vector<std::uint16_t> wide_range_input(std::size_t T, int hidden, std::uint
 // One GPU prefill with GDN_LAYER_CONV = conv and GDN_LAYER_NORM = norm (nullptr: unset), random
 // initial states in shuffled slots; the same weights, states and inputs for the same seed.
 void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint64_t seed, bool wide,
-                   const char* conv, ConvRun* out, const char* norm = nullptr,
-                   gdn::Arm arm = gdn::Arm::serial) {
+                   const char* conv, ConvRun* out, const char* norm = nullptr) {
   ASSERT_TRUE(c.validate().ok()) << c.validate().message();
   gdn::testutil::ScopedEnv set_conv("GDN_LAYER_CONV", conv), set_norm("GDN_LAYER_NORM", norm);
   const gl::Weights w = gl::synthesize(c, seed);
@@ -318,7 +317,7 @@ void run_with_conv(const gl::Config& c, const std::vector<int>& lens, std::uint6
   Dev x(x16.size() * 2), y(x16.size() * 2);
   cudaMemcpy(x.p, x16.data(), x16.size() * 2, cudaMemcpyHostToDevice);
   cudaMemset(y.p, 0xff, x16.size() * 2);
-  st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, arm);
+  st = L->prefill(x.p, y.p, cu.data(), N, slots.data(), *ws, nullptr, gdn::Arm::serial);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_TRUE((st = gl::debug_read_conv_output(*ws, T, &out->qkv)).ok()) << st.message();
@@ -449,72 +448,17 @@ TEST(layer_gpu, norm_v4_bitwise_equals_v3_and_v2) {
   }
 }
 
-// The input projection split in two GEMMs ([q|k|v|b|a], then z; GDN_LAYER_ZSPLIT): with the z GEMM
-// on a side stream beside the conv and the recurrence ("2"), and with the conv / recurrence on the
-// layer's middle-priority stream as well ("3"), every output is bitwise the one-stream split's
-// ("1"): the same cuBLAS calls, only their streams differ. Geometries: 27b and qwen3-next heads
-// (wy-tc arm, whose state pass runs on its own side stream) and tiny (P not a multiple of 8).
-// Negative control: "negctl" (the side z GEMM without its last 8 input features) must change y.
-TEST(layer_gpu, zsplit_side_streams_bitwise_equal_one_stream) {
-  struct Case {
-    gl::Config c;
-    std::vector<int> lens;
-    gdn::Arm arm;
-  };
-  const std::vector<Case> cases = {
-      {with_heads("qwen3.5-27b", 256, 16, 48, 4), {3, 0, 200, 77}, gdn::Arm::wy_tc},
-      {with_heads("qwen3-next-80b", 256, 16, 32, 4), {300}, gdn::Arm::wy_tc},
-      {tiny_with(2, 6, 4), {37, 0, 2, 70}, gdn::Arm::automatic}};
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& k = cases[i];
-    ConvRun one, side, prio, neg;
-    const char* names[] = {"1", "2", "3", "negctl"};
-    ConvRun* outs[] = {&one, &side, &prio, &neg};
-    for (int v = 0; v < 4; ++v) {
-      gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", names[v]);
-      ASSERT_NO_FATAL_FAILURE(run_with_conv(k.c, k.lens, 450 + i, false, nullptr, outs[v], nullptr, k.arm))
-          << "case " << i << " ZSPLIT=" << names[v];
-    }
-    for (int v = 1; v < 3; ++v) {
-      EXPECT_EQ(count_bit_differences(outs[v]->qkv, one.qkv), 0) << "case " << i << " ZSPLIT=" << names[v] << ": qkv";
-      EXPECT_EQ(count_bit_differences(outs[v]->y, one.y), 0) << "case " << i << " ZSPLIT=" << names[v] << ": y";
-      for (std::size_t n = 0; n < k.lens.size(); ++n) {
-        EXPECT_EQ(count_bit_differences(outs[v]->conv[n], one.conv[n]), 0)
-            << "case " << i << " ZSPLIT=" << names[v] << ": conv state of seq " << n;
-        EXPECT_EQ(count_bit_differences(outs[v]->ssm[n], one.ssm[n]), 0)
-            << "case " << i << " ZSPLIT=" << names[v] << ": recurrent state of seq " << n;
-      }
-    }
-    const std::int64_t d = count_bit_differences(neg.y, one.y);
-    std::printf("zsplit case %zu: negctl changes %lld of %zu y elements\n", i, static_cast<long long>(d),
-                neg.y.size());
-    EXPECT_GT(d, 0) << "case " << i << ": negctl produced the one-stream y: the comparison cannot fail";
-  }
-}
-// The split variants against the fp64 oracle (the fused default is covered above). 4 splits the
-// z GEMM in token slabs of max(1024, T / 8): the 2130-token case runs it as 2 + 1 GEMMs.
-TEST(layer_gpu, prefill_tiny_zsplit_variants_vs_oracle) {
-  for (const char* v : {"1", "2", "3", "4"}) {
-    gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", v);
-    prefill_vs_oracle(gdn::Arm::wy_tc, {37, 0, 70}, 131);
-    prefill_vs_oracle(gdn::Arm::automatic, {1, 2, 0, 3, 26, 1, 33, 0, 5, 64, 2}, 132);
-  }
-  gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", "4");
-  prefill_vs_oracle(gdn::Arm::wy_tc, {1100, 0, 1030}, 133);
-}
-
 namespace {
 // The layer's prefill captured into a CUDA graph (global mode: a sync or a pageable copy would
 // invalidate the capture) and replayed, against an eager call on the same buffers and initial
 // states: y and every slot's states bitwise equal. The eager call runs first (as an engine's
 // warm-up does). Negative control: a second replay without resetting the states starts from the
 // first replay's final states, so its y must differ.
-void expect_capture_equals_eager(const char* zsplit, gdn::Arm arm) {
-  gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", zsplit);
+void expect_capture_equals_eager(gdn::Arm arm) {
   const gl::Config c = with_heads("qwen3.5-27b", 256, 16, 48, 4);
   const std::vector<int> lens = {3, 0, 200, 77};
   const std::uint64_t seed = 470;
-  const std::string ctx = std::string("ZSPLIT=") + (zsplit ? zsplit : "unset");
+  const std::string ctx = std::string("arm ") + gdn::to_string(arm);
   const gl::Weights w = gl::synthesize(c, seed);
   const int N = static_cast<int>(lens.size()), pool = N + 2;
   std::vector<std::int32_t> cu = {0}, slots;
@@ -569,30 +513,28 @@ void expect_capture_equals_eager(const char* zsplit, gdn::Arm arm) {
 }
 }  // namespace
 
-TEST(layer_gpu, prefill_graph_capture_equals_eager_fused_and_zsplit) {
-  expect_capture_equals_eager(nullptr, gdn::Arm::wy_tc);
-  expect_capture_equals_eager("1", gdn::Arm::wy_tc);
-  expect_capture_equals_eager("2", gdn::Arm::wy_tc);
-  expect_capture_equals_eager("3", gdn::Arm::wy_tc);
-  expect_capture_equals_eager("4", gdn::Arm::wy_tc);
+TEST(layer_gpu, prefill_graph_capture_equals_eager) {
+  expect_capture_equals_eager(gdn::Arm::wy_tc);
+  expect_capture_equals_eager(gdn::Arm::serial);
 }
 
 // A prefill whose recurrence fails (injected: GDN_LAYER_TEST_FAIL=recurrence) returns the error
-// and leaves every slot's conv and recurrent state and y as they were, also with the z GEMM on
-// its side stream (ZSPLIT=3: the error path joins the side streams). Negative control: the same
-// call without the injection succeeds and changes the states and y.
+// and leaves every slot's conv and recurrent state and y as they were, with the slots gathered
+// (not consecutive) and in place (consecutive). Negative control: the same call without the
+// injection succeeds and changes the states and y.
 TEST(layer_gpu, failed_recurrence_leaves_slot_states_and_y_untouched) {
   const gl::Config c = tiny_with(2, 4, 4);
   const std::vector<int> lens = {37, 0, 70};
   const gl::Weights w = gl::synthesize(c, 480);
   const int N = static_cast<int>(lens.size());
-  std::vector<std::int32_t> cu = {0}, slots;
-  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]), slots.push_back(N - n);  // 3 2 1
+  std::vector<std::int32_t> cu = {0};
+  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + lens[n]);
   const std::int64_t T = cu.back();
   const auto x16 = random_bf16(static_cast<std::size_t>(T) * c.hidden, 481);
-  for (const char* zsplit : {static_cast<const char*>(nullptr), "3"}) {
-    gdn::testutil::ScopedEnv z("GDN_LAYER_ZSPLIT", zsplit);
-    const std::string ctx = std::string("ZSPLIT=") + (zsplit ? zsplit : "unset");
+  for (const bool gathered : {true, false}) {
+    std::vector<std::int32_t> slots;
+    for (int n = 0; n < N; ++n) slots.push_back(gathered ? N - n : n + 1);  // 3 2 1 or 1 2 3
+    const std::string ctx = gathered ? "gathered slots" : "consecutive slots";
     std::unique_ptr<gl::GpuLayer> L;
     gdn::Status st = gl::GpuLayer::create(c, w, N + 1, &L);
     ASSERT_TRUE(st.ok()) << st.message();

@@ -195,9 +195,6 @@ int run_prefill(const PrefillOptions& opt) {
   const double tok_s = static_cast<double>(T) / (median(stack_ms) * 1e-3);
   std::printf("\nrecurrence arm: %s%s%s\n", to_string(info.ran), info.note.empty() ? "" : " — ",
               info.note.c_str());
-  const bool fused = std::string(layer::zsplit_name()) == "fused";
-  std::printf("input projection: %s (GDN_LAYER_ZSPLIT)%s\n", layer::zsplit_name(),
-              fused ? "" : "; the stage-timed passes run its GEMMs one after the other");
   std::printf("%-12s %10s %8s   (per layer, median of %d instrumented passes)\n", "stage", "ms",
               "share", opt.iters);
   const std::pair<const char*, double> rows[] = {{"projections", tm.proj}, {"conv", tm.conv},
@@ -249,7 +246,6 @@ int run_prefill(const PrefillOptions& opt) {
     j["tokens_per_s"] = tok_s;
     j["gemm_ms"] = gemm_only_ms;
     j["layer_over_gemm"] = ratio;
-    j["zsplit"] = layer::zsplit_name();
     j["nongemm_share"] = nongemm;
     j["nongemm_share_passes"] = shares;
     j["stack_ms_passes"] = stack_ms;

@@ -734,26 +734,14 @@ struct Workspace::Impl {
   int *cu = nullptr, *slots = nullptr;                                     // [max_seqs+1], [max_seqs]
   cublasHandle_t blas = nullptr;
   cudaEvent_t ev[7] = {};
-  // The z GEMM beside the conv and the recurrence (ZSplit::side / ::prio): its own cuBLAS handle
-  // (a handle's workspace must not be shared by two streams at once) on a least-priority stream;
-  // `rs`, a stream between the least and the greatest priority, carries the conv, gates and
-  // recurrence under ZSplit::prio (the wy-tc arm's state pass keeps the greatest priority).
-  cublasHandle_t blas_z = nullptr;
-  cudaStream_t zs = nullptr, rs = nullptr;
-  cudaEvent_t ev_start = nullptr, ev_fork = nullptr, ev_join = nullptr, ev_done = nullptr;
   ~Impl() {
     for (void* p : {static_cast<void*>(proj), static_cast<void*>(qkv), static_cast<void*>(o),
                     static_cast<void*>(normed), static_cast<void*>(g), static_cast<void*>(beta),
                     static_cast<void*>(h0), static_cast<void*>(cu), static_cast<void*>(slots)})
       if (p) cudaFree(p);
     if (blas) cublasDestroy(blas);
-    if (blas_z) cublasDestroy(blas_z);
     for (auto e : ev)
       if (e) cudaEventDestroy(e);
-    for (auto e : {ev_start, ev_fork, ev_join, ev_done})
-      if (e) cudaEventDestroy(e);
-    for (auto q : {zs, rs})
-      if (q) cudaStreamDestroy(q);
   }
 };
 Workspace::Workspace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -780,14 +768,7 @@ Status Workspace::create(const Config& c, std::int64_t max_tokens, int max_seqs,
   GDN_CUDA_TRY(cudaMalloc(&w->cu, (max_seqs + 1) * sizeof(int)));
   GDN_CUDA_TRY(cudaMalloc(&w->slots, max_seqs * sizeof(int)));
   if (!(st = from_cublas(cublasCreate(&w->blas), "cublasCreate")).ok()) return st;
-  if (!(st = from_cublas(cublasCreate(&w->blas_z), "cublasCreate")).ok()) return st;
   for (auto& e : w->ev) GDN_CUDA_TRY(cudaEventCreate(&e));
-  for (auto* e : {&w->ev_start, &w->ev_fork, &w->ev_join, &w->ev_done})
-    GDN_CUDA_TRY(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-  int lo = 0, hi = 0;  // least and greatest stream priority (hi <= lo numerically)
-  GDN_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-  GDN_CUDA_TRY(cudaStreamCreateWithPriority(&w->zs, cudaStreamNonBlocking, lo));
-  GDN_CUDA_TRY(cudaStreamCreateWithPriority(&w->rs, cudaStreamNonBlocking, lo - (lo - hi) / 2));
   out->reset(new Workspace(std::move(w)));
   return Status::Ok();
 }
@@ -811,40 +792,14 @@ struct GpuLayer::Impl {
   std::size_t conv_slot() const { return static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim(); }
   std::size_t ssm_slot() const { return static_cast<std::size_t>(c.HV) * c.K * c.V; }
 
-  // y[T, n_out] = x[T, k] W[n_out, k]^T, bf16 in/out, fp32 accumulate; rows of y ldy apart
-  // (default n_out), rows of x and W ldk apart (default k).
+  // y[T, n_out] = x[T, k] W[n_out, k]^T, bf16 in/out, fp32 accumulate.
   Status gemm(cublasHandle_t h, const bf16* x, const bf16* W, bf16* y, std::int64_t T, int n_out,
-              int k, int ldy = 0, int ldk = 0) const {
+              int k) const {
     const float one = 1.f, zero = 0.f;
-    if (ldy == 0) ldy = n_out;
-    if (ldk == 0) ldk = k;
     return from_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, static_cast<int>(T), k, &one,
-                                    W, CUDA_R_16BF, ldk, x, CUDA_R_16BF, ldk, &zero, y, CUDA_R_16BF,
-                                    ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                    W, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y, CUDA_R_16BF,
+                                    n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        "cublasGemmEx");
-  }
-  // The input projection's two parts: [q | k | v | b | a] (what the conv and gates need) and z
-  // (needed only by the gated norm), rows of one proj buffer of P columns.
-  int head_cols() const { return c.z_col(); }
-  Status gemm_head(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T) const {
-    return gemm(h, x, w_in, proj, T, head_cols(), c.hidden, c.proj_dim());
-  }
-  // slab > 0: one GEMM per `slab` tokens (shorter kernels, so that a late-placed block holds its
-  // SM for less time when the GEMM runs beside the recurrence; ZSplit::slabs).
-  Status gemm_z(cublasHandle_t h, const bf16* x, bf16* proj, std::int64_t T, bool negctl = false,
-                std::int64_t slab = 0) const {
-    // negctl (tests only): the last 8 input features dropped, so z, and y, must change.
-    const int k = negctl ? c.hidden - 8 : c.hidden;
-    const bf16* wz = w_in + static_cast<std::size_t>(head_cols()) * c.hidden;
-    if (slab <= 0) slab = T;
-    for (std::int64_t t0 = 0; t0 < T; t0 += slab) {
-      const std::int64_t n = std::min(slab, T - t0);
-      if (Status st = gemm(h, x + t0 * c.hidden, wz, proj + t0 * c.proj_dim() + head_cols(), n,
-                           c.value_dim(), k, c.proj_dim(), c.hidden);
-          !st.ok())
-        return st;
-    }
-    return Status::Ok();
   }
 };
 GpuLayer::GpuLayer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -876,7 +831,7 @@ Status GpuLayer::create(const Config& c, const Weights& w, int slots, std::uniqu
   L->slots = slots;
   std::vector<std::uint16_t> w_in;
   w_in.reserve(static_cast<std::size_t>(c.proj_dim()) * H);
-  for (auto* m : {&w.w_qkv, &w.w_b, &w.w_a, &w.w_z}) w_in.insert(w_in.end(), m->begin(), m->end());
+  for (auto* m : {&w.w_qkv, &w.w_z, &w.w_b, &w.w_a}) w_in.insert(w_in.end(), m->begin(), m->end());
   if (!(st = upload(w_in, reinterpret_cast<std::uint16_t**>(&L->w_in))).ok()) return st;
   if (!(st = upload(w.w_out, reinterpret_cast<std::uint16_t**>(&L->w_out))).ok()) return st;
   if (!(st = upload(w.conv_w, &L->conv_w)).ok()) return st;
@@ -925,33 +880,6 @@ Status GpuLayer::set_state(int slot, const std::vector<float>& conv, const std::
 }
 
 namespace {
-// How prefill runs the input projection (GDN_LAYER_ZSPLIT, read at each call; NOTES.md session 27):
-//   fused ("0"): one GEMM for all P columns;
-//   seq   ("1"): [q|k|v|b|a] and z as two GEMMs, one after the other on the caller's stream;
-//   side  ("2"): the z GEMM on a least-priority side stream, forked after the first GEMM and
-//                joined before the gated norm, so it runs beside the conv, gates and recurrence;
-//   prio  ("3"): side, and the conv, gates and recurrence on a stream of middle priority, so their
-//                blocks are placed before the z GEMM's;
-//   slabs ("4"): prio with the z GEMM as 8 GEMMs of T/8 tokens (at least 1024 each);
-//   negctl (tests only): side with the z GEMM's last 8 input features dropped (y must change).
-// A prefill that measures stage times runs `seq` (its stages must not overlap).
-enum class ZSplit { fused, seq, side, prio, slabs, negctl };
-ZSplit zsplit_variant() {
-  const char* e = std::getenv("GDN_LAYER_ZSPLIT");
-  if (!e || !*e) return ZSplit::fused;
-  if (!std::strcmp(e, "1")) return ZSplit::seq;
-  if (!std::strcmp(e, "2")) return ZSplit::side;
-  if (!std::strcmp(e, "3")) return ZSplit::prio;
-  if (!std::strcmp(e, "4")) return ZSplit::slabs;
-  if (!std::strcmp(e, "negctl")) return ZSplit::negctl;
-  return ZSplit::fused;
-}
-
-// Tokens per z GEMM (0: one GEMM for all T).
-std::int64_t z_slab(ZSplit zv, std::int64_t T) {
-  return zv == ZSplit::slabs ? std::max<std::int64_t>(1024, (T + 7) / 8) : 0;
-}
-
 Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std::int64_t T, int N,
                   const std::int32_t* cu, const std::int32_t* slots) {
   if (w.c.hidden != c.hidden || w.c.proj_dim() != c.proj_dim() || w.c.HV != c.HV ||
@@ -978,9 +906,7 @@ Status check_call(const Config& c, const Workspace::Impl& w, int pool_slots, std
   }
   return Status::Ok();
 }
-}  // namespace
 
-namespace {
 // The recurrence inside the layer: HF's normalised q, k and grouped head map, over strided views
 // of the conv output (q | k | v per token row) and the gates / output of the workspace, T rows.
 Problem recurrence_problem(const Config& c) {
@@ -1001,17 +927,6 @@ void recurrence_views(const Config& c, const Workspace::Impl& ws, std::int64_t T
 }
 }  // namespace
 
-const char* zsplit_name() {
-  switch (zsplit_variant()) {
-    case ZSplit::seq: return "seq";
-    case ZSplit::side: return "side";
-    case ZSplit::prio: return "prio";
-    case ZSplit::slabs: return "slabs";
-    case ZSplit::negctl: return "negctl";
-    default: return "fused";
-  }
-}
-
 Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens, int N,
                          const std::int32_t* slots, Workspace& wsp, void* stream, Arm arm,
                          StageTimes* times, RunInfo* info) {
@@ -1031,91 +946,58 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
   if (!(st = copy_i32_by_value(cu_seqlens, N + 1, ws.cu, s)).ok()) return st;
   if (!(st = copy_i32_by_value(slots, N, ws.slots, s)).ok()) return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[0], s));
-  ZSplit zv = T > 0 ? zsplit_variant() : ZSplit::fused;
-  if (times && zv != ZSplit::fused) zv = ZSplit::seq;
-  const bool side =
-      zv == ZSplit::side || zv == ZSplit::prio || zv == ZSplit::slabs || zv == ZSplit::negctl;
-  // w: the stream of everything but a side z GEMM. Under prio it is the layer's own stream `rs`,
-  // joined to s at the start and at the end.
-  const cudaStream_t w = zv == ZSplit::prio || zv == ZSplit::slabs ? ws.rs : s;
-  const std::int64_t slab = z_slab(zv, T);
-  if (w != s) {
-    GDN_CUDA_TRY(cudaEventRecord(ws.ev_start, s));
-    GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_start, 0));
-  }
-  if (!(st = from_cublas(cublasSetStream(ws.blas, w), "cublasSetStream")).ok()) return st;
+  if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
 
-  // The input GEMMs, then the conv, gates and recurrence, on w (the z GEMM on zs when `side`); an
-  // error anywhere among them still joins the side streams to s (below), so that no work of this
-  // call is left unordered behind the caller's stream (nor a capture left with an unjoined stream).
-  const auto* x16 = static_cast<const bf16*>(x);
-  bool forked = false;  // zs waits on w: ev_join must be waited on before returning
-  const Status pre = [&]() -> Status {
-    if (zv == ZSplit::fused)
-      return T > 0 ? L.gemm(ws.blas, x16, L.w_in, ws.proj, T, P, c.hidden) : Status::Ok();
-    if (Status r = L.gemm_head(ws.blas, x16, ws.proj, T); !r.ok()) return r;
-    if (!side) return L.gemm_z(ws.blas, x16, ws.proj, T);
-    GDN_CUDA_TRY(cudaEventRecord(ws.ev_fork, w));
-    GDN_CUDA_TRY(cudaStreamWaitEvent(ws.zs, ws.ev_fork, 0));
-    forked = true;
-    Status r = from_cublas(cublasSetStream(ws.blas_z, ws.zs), "cublasSetStream");
-    if (r.ok()) r = L.gemm_z(ws.blas_z, x16, ws.proj, T, zv == ZSplit::negctl, slab);
-    GDN_CUDA_TRY(cudaEventRecord(ws.ev_join, ws.zs));  // also after a failed z GEMM: the join
-    return r;
-  }();
-  const Status rec = !pre.ok() ? pre : [&]() -> Status {
-    if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
-    if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
-                           w)).ok())
+  if (T > 0) {
+    if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, T, P, c.hidden)).ok())
       return st;
-    if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
-    if (T > 0) {
-      const std::int64_t n = T * c.HV;
-      gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, w>>>(
-          ws.proj, P, c.b_col(), c.a_col(), L.A_log, L.dt_bias, c.HV, T, ws.g, ws.beta);
-      GDN_CUDA_LAUNCH_CHECK("gates_kernel");
-    }
-    if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[3], s));
-
-    // Recurrence over strided views of qkv; slot states as h0/hT (gathered unless consecutive).
-    bool consecutive = true;
-    for (int n = 1; n < N; ++n) consecutive &= slots[n] == slots[0] + n;
-    const std::size_t ss = L.ssm_slot();
-    float* h = consecutive ? L.ssm_pool + slots[0] * ss : ws.h0;
-    if (!consecutive)
-      for (int n = 0; n < N; ++n)
-        GDN_CUDA_TRY(cudaMemcpyAsync(ws.h0 + n * ss, L.ssm_pool + slots[n] * ss, ss * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, w));
-    const Problem p = recurrence_problem(c);
-    PrefillArgs a;
-    recurrence_views(c, ws, T, &a.q, &a.k, &a.v, &a.g, &a.beta, &a.o);
-    a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
-    a.hT = a.h0;
-    a.cu_seqlens = cu_seqlens;
-    a.num_seqs = N;
-    a.cu_seqlens_device = ws.cu;
-    a.on_device = true;
-    a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
-    a.stream = w;
-    // GDN_LAYER_TEST_FAIL=recurrence (tests only): the recurrence reports a failure without
-    // running, to test that a failed prefill leaves the slots' states and y untouched.
-    if (cuda::env_is("GDN_LAYER_TEST_FAIL", "recurrence"))
-      return Status::Internal("layer recurrence: injected failure (GDN_LAYER_TEST_FAIL)");
-    if (Status r = gdn::prefill(p, a, arm, info); !r.ok())
-      return Status(r.code(), "layer recurrence: " + r.message());
-    if (!consecutive)
-      for (int n = 0; n < N; ++n)
-        GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, w));
-    return launch_conv_state(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD, w);
-  }();
-  if (forked) GDN_CUDA_TRY(cudaStreamWaitEvent(w, ws.ev_join, 0));
-  if (w != s) {
-    GDN_CUDA_TRY(cudaEventRecord(ws.ev_done, w));
-    GDN_CUDA_TRY(cudaStreamWaitEvent(s, ws.ev_done, 0));
-    if (!(st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream")).ok()) return st;
   }
-  if (!rec.ok()) return rec;
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[1], s));
+  if (!(st = launch_conv(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, L.conv_w, KW, CD, T, ws.qkv,
+                         s)).ok())
+    return st;
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[2], s));
+  if (T > 0) {
+    const std::int64_t n = T * c.HV;
+    gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+        ws.proj, P, c.b_col(), c.a_col(), L.A_log, L.dt_bias, c.HV, T, ws.g, ws.beta);
+    GDN_CUDA_LAUNCH_CHECK("gates_kernel");
+  }
+  if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[3], s));
+
+  // Recurrence over strided views of qkv; slot states as h0/hT (gathered unless consecutive).
+  bool consecutive = true;
+  for (int n = 1; n < N; ++n) consecutive &= slots[n] == slots[0] + n;
+  const std::size_t ss = L.ssm_slot();
+  float* h = consecutive ? L.ssm_pool + slots[0] * ss : ws.h0;
+  if (!consecutive)
+    for (int n = 0; n < N; ++n)
+      GDN_CUDA_TRY(cudaMemcpyAsync(ws.h0 + n * ss, L.ssm_pool + slots[n] * ss, ss * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+  const Problem p = recurrence_problem(c);
+  PrefillArgs a;
+  recurrence_views(c, ws, T, &a.q, &a.k, &a.v, &a.g, &a.beta, &a.o);
+  a.h0 = TensorView::contiguous(h, DType::f32, {N, c.HV, c.K, c.V});
+  a.hT = a.h0;
+  a.cu_seqlens = cu_seqlens;
+  a.num_seqs = N;
+  a.cu_seqlens_device = ws.cu;
+  a.on_device = true;
+  a.check_values = false;  // g <= 0 and beta in [0, 1] by construction
+  a.stream = s;
+  // GDN_LAYER_TEST_FAIL=recurrence (tests only): the recurrence reports a failure without
+  // running, to test that a failed prefill leaves the slots' states and y untouched.
+  if (cuda::env_is("GDN_LAYER_TEST_FAIL", "recurrence"))
+    return Status::Internal("layer recurrence: injected failure (GDN_LAYER_TEST_FAIL)");
+  if (!(st = gdn::prefill(p, a, arm, info)).ok())
+    return Status(st.code(), "layer recurrence: " + st.message());
+  if (!consecutive)
+    for (int n = 0; n < N; ++n)
+      GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+  // The slots' new conv states only now: a failed conv, gates or recurrence leaves them as they were.
+  if (!(st = launch_conv_state(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD, s)).ok())
+    return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[4], s));
   if (!(st = launch_gated_norm(ws.o, ws.proj, P, c.z_col(), L.norm_w, c.HV, c.V,
                                static_cast<float>(c.eps), T * c.HV, ws.normed, s)).ok())
@@ -1196,15 +1078,9 @@ Status GpuLayer::gemms_only(const void* x, void* y, std::int64_t T, Workspace& w
   auto s = static_cast<cudaStream_t>(stream);
   Status st = from_cublas(cublasSetStream(ws.blas, s), "cublasSetStream");
   if (!st.ok()) return st;
-  // The same GEMMs as prefill under the current GDN_LAYER_ZSPLIT, one after the other.
-  const auto* x16 = static_cast<const bf16*>(x);
-  const ZSplit zv = zsplit_variant();
-  if (zv == ZSplit::fused) {
-    if (!(st = L.gemm(ws.blas, x16, L.w_in, ws.proj, T, L.c.proj_dim(), L.c.hidden)).ok()) return st;
-  } else if (!(st = L.gemm_head(ws.blas, x16, ws.proj, T)).ok() ||
-             !(st = L.gemm_z(ws.blas, x16, ws.proj, T, false, z_slab(zv, T))).ok()) {
+  if (!(st = L.gemm(ws.blas, static_cast<const bf16*>(x), L.w_in, ws.proj, T, L.c.proj_dim(),
+                    L.c.hidden)).ok())
     return st;
-  }
   return L.gemm(ws.blas, ws.normed, L.w_out, static_cast<bf16*>(y), T, L.c.hidden, L.c.value_dim());
 }
 
