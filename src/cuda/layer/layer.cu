@@ -995,7 +995,8 @@ Status GpuLayer::prefill(const void* x, void* y, const std::int32_t* cu_seqlens,
     for (int n = 0; n < N; ++n)
       GDN_CUDA_TRY(cudaMemcpyAsync(L.ssm_pool + slots[n] * ss, ws.h0 + n * ss, ss * sizeof(float),
                                    cudaMemcpyDeviceToDevice, s));
-  // The slots' new conv states only now: a failed conv, gates or recurrence leaves them as they were.
+  // The slots' new conv states only now: a failed conv, gates or recurrence leaves them as they
+  // were. (Stage times count this small kernel, CD x KW-1 values per sequence, in "recurrence".)
   if (!(st = launch_conv_state(ws.proj, P, L.conv_pool, ws.slots, ws.cu, N, KW, CD, s)).ok())
     return st;
   if (times) GDN_CUDA_TRY(cudaEventRecord(ws.ev[4], s));
