@@ -275,6 +275,34 @@ TEST(ArmCaptureWyTc, OverlappedPassesGraphReplayEqualsEager_L2500_HK2_HV4_K128_b
       << "negative control: the captured call without the carry gave the eager result";
 }
 
+// wy-tc's flag pipeline (GDN_WYTC_FLAGS=1: one chunk launch and one state launch at the same
+// time, the state blocks waiting on ready flags in a buffer zeroed by a memset in the stream)
+// under capture: a replay must equal the eager call (the memset is replayed with the kernels).
+// Negative control: the captured call with the state pass before the chunk kernel and the flags
+// preset (GDN_WYTC_FLAGS=negctl) must differ. On a device without the sm_90a state pass the
+// variable changes nothing, so the test is skipped there.
+TEST(ArmCaptureWyTc, FlagPipelineGraphReplayEqualsEager_L2500_HK2_HV4_K128_bf16_h0) {
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the flag pipeline runs on compute capability 9.0";
+  const check::Case c = check::make_case(spec_of({2500}, 2, 4, 128, 128), 9);
+  testutil::ScopedEnv env("GDN_WYTC_FLAGS", "1");
+  EagerAndGraph r;
+  eager_and_graph(Arm::wy_tc, c, &r);
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(r.ran_graph, Arm::wy_tc);
+  EXPECT_TRUE(same_bytes(r.o_eager, r.o_graph)) << "flag pipeline: graph replay o differs";
+  EXPECT_TRUE(same_bytes(r.hT_eager, r.hT_graph)) << "flag pipeline: graph replay hT differs";
+  EagerAndGraph neg;
+  eager_and_graph(Arm::wy_tc, c, &neg, "GDN_WYTC_FLAGS", "negctl");
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(same_bytes(neg.o_eager, r.o_eager)) << "eager runs differ";
+  EXPECT_FALSE(same_bytes(neg.o_eager, neg.o_graph))
+      << "negative control: the captured call with the state pass first gave the eager result";
+}
+
 INSTANTIATE_TEST_SUITE_P(Arms, ArmCapture,
                          ::testing::Values(Arm::serial, Arm::wy_fp32, Arm::wy_tc, Arm::automatic),
                          [](const ::testing::TestParamInfo<Arm>& i) {

@@ -288,6 +288,52 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
+// The flag pipeline (GDN_WYTC_FLAGS=1; session 28): one chunk launch over all chunks, chunk by
+// chunk, and one state launch at the same time on the side stream; each state block copies chunk
+// c's tiles only after the chunk blocks of c (its value head's, and its key head's writer's for Q
+// and K^T) have set their ready flags. Only the schedule changes, so o and the final state equal
+// the single pass (GDN_WYTC_FLAGS=0, which at these sizes runs no overlap) bit for bit, and pass
+// the oracle. Cases: grouped heads (the key-head writer is another value head), the tiled map
+// with the in-kernel l2norm, one chunk, and a partial last chunk. Negative control
+// (GDN_WYTC_FLAGS=negctl: the state pass runs before the chunk kernel with every flag preset and
+// the workspace poisoned) must differ: a state pass that does not wait for its tiles is caught,
+// and the flag kernels are the ones that ran.
+TEST(WyTcState, FlagPipelineEqualsSinglePass) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  std::vector<StateCase> cs;
+  {
+    check::CaseSpec s = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+    s.h0 = true;
+    s.decay = check::Decay::slow;
+    cs.push_back({"L4099_HK2_HV6_K128_V128_bf16_h0", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({2100}, 2, 2, 128, 128);  // 33 chunks
+    s.head_map = gdn::HeadMap::tiled;
+    s.l2norm_in_kernel = true;
+    s.h0 = true;
+    cs.push_back({"L2100_HK2_HV2_K128_V128_tiled_l2norm_h0", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({50}, 1, 4, 128, 128);  // one partial chunk
+    cs.push_back({"L50_HK1_HV4_K128_V128", s});
+  }
+  {
+    check::CaseSpec s = testutil::spec_of({1000}, 4, 8, 128, 128);  // 16 chunks, last partial
+    s.h0 = true;
+    cs.push_back({"L1000_HK4_HV8_K128_V128_h0", s});
+  }
+  int seed = 900;
+  for (const StateCase& sc : cs) {
+    SCOPED_TRACE(sc.name);
+    const check::Case c = check::make_case(sc.spec, ++seed);
+    const check::Oracle ref = check::ref_serial(c);
+    expect_variant_equals("GDN_WYTC_FLAGS", "1", "flag pipeline", sc.name, c, ref,
+                          "a state pass run before its chunk kernel changed nothing: the flag "
+                          "pipeline did not run");
+  }
+}
+
 // Paired slices in the v9 state pass (GDN_WYTC_PAIR=1 forces them; by default multi-wave state
 // passes and long overlaps at 27b-like grids; one block of two warpgroups per sequence
 // and value head, V = 128, half scheme with fp16 U, 2-byte o): each warpgroup runs the one-slice

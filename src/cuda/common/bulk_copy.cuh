@@ -66,4 +66,39 @@ __device__ __forceinline__ void mbar_init_fence() {
 #endif
 }
 
+// Ready flags between two concurrently running kernels (wy-tc's flag pipeline): a producer block
+// publishes its global stores with flag_release (after every thread's stores, a
+// fence_proxy_async_global and a block barrier), a consumer thread polls with flag_acquire and,
+// before reading the data with bulk copies (async proxy), issues fence_proxy_async_global.
+__device__ __forceinline__ void flag_release(unsigned* f, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(f), "r"(v) : "memory");
+#else
+  __threadfence();
+  *reinterpret_cast<volatile unsigned*>(f) = v;
+#endif
+}
+__device__ __forceinline__ unsigned flag_acquire(const unsigned* f) {
+  unsigned v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+#else
+  v = *reinterpret_cast<const volatile unsigned*>(f);
+  __threadfence();
+#endif
+  return v;
+}
+// Orders this thread's generic-proxy global accesses before its later async-proxy ones (and the
+// reverse); a no-op below sm_90, where no bulk copy reads the data.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 }  // namespace gdn::cuda

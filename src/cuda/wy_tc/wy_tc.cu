@@ -286,6 +286,11 @@ struct ChunkParams {
   float scale;
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
+  // Flag pipeline (v7 only; null = off): the grid is (HV, chunks), heads fastest, so blocks are
+  // dispatched chunk by chunk in the state chain's order, and each block sets ready[cg * HV + h]
+  // to 1 once its workspace tiles are written (the state pass, running at the same time, waits
+  // for it; see launch()).
+  unsigned* ready;
 };
 
 template <int K, int V> struct ChunkSmem {
@@ -475,6 +480,9 @@ struct StateParams {
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   bool pair_negctl;  // v9 with paired slices only, negative control (GDN_WYTC_PAIR=negctl): both
                      // warpgroups read slice 0's U
+  // Flag pipeline (the kFlags instantiation of v9 only): ready[cg * HV + h] != 0 once the chunk
+  // kernel (running at the same time) has written chunk cg's tiles of value head h.
+  const unsigned* ready;
   Workspace ws;
 };
 
@@ -909,11 +917,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   float* sRq = sRk + C;     // 1 / |q|
   float* sS = sRq + C;      // beta E rk: column scaling of X for W
 
-  const int cg = p.chunk0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5,
-            lane = tid & 31;
+  const bool flags = p.ready != nullptr;  // flag pipeline: grid (HV, chunks)
+  const int cg = p.chunk0 + (flags ? blockIdx.y : blockIdx.x), h = flags ? blockIdx.x : blockIdx.y,
+            tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
-  if (len == 0) return;  // slack entry of an upper-bound chunk table (whole block)
+  if (len == 0) {  // slack entry of an upper-bound chunk table (whole block)
+    if (flags && tid == 0) cuda::flag_release(p.ready + static_cast<std::int64_t>(cg) * p.HV + h, 1u);
+    return;
+  }
   const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const __nv_bfloat16*>(p.k);
@@ -1323,6 +1335,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       }
     }
   }
+  if (flags) {  // publish: every thread's workspace stores, then the flag (release, gpu scope)
+    __threadfence();
+    cuda::fence_proxy_async_global();  // the readers copy these tiles with bulk copies
+    __syncthreads();
+    if (tid == 0) cuda::flag_release(p.ready + static_cast<std::int64_t>(cg) * p.HV + h, 1u);
+  }
 }
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -1500,13 +1518,33 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const int sms = sm_count();
   const bool fits = 2 * state_blocks <= sms ? NC >= 256
                                             : state_blocks <= sms && NC >= (half ? 256 : 512);
-  const bool overlap = want_v9 && s.N == 1 && nseg >= 2 && !env_is("GDN_WYTC_OVERLAP", "0") &&
+  // Flag pipeline (session 28; opt-in until measured): one chunk launch and one state launch for
+  // the whole sequence, at the same time on two streams. The chunk grid runs chunk by chunk (all
+  // heads of chunk c before c + 1) and each chunk block sets a ready flag when its workspace tiles
+  // are written; each state block copies chunk c's tiles once c's flags are up (v9's kFlags). So
+  // the chain starts after the first chunk instead of the first segment, no segment boundary
+  // stalls it, and it reads tiles written moments before (still in the L2 when the chain keeps
+  // up). The chunk kernel never waits, so it always completes and every flag is set: no
+  // deadlock whatever the block placement (a serialising environment, e.g. a sanitizer, runs the
+  // chunk kernel, enqueued first, to the end before the state kernel, which then never waits).
+  // Where it can run: the default state pass (half, fp16 U, D16, one slice per block) at
+  // K = V = 128 with bf16 o, one sequence, state blocks within one wave, at most 65535 chunks.
+  // GDN_WYTC_FLAGS=1 forces it there, =negctl too with its negative control (the state pass run
+  // BEFORE the chunk kernel on one stream with every flag preset and the workspace poisoned:
+  // must differ), =0 or unset: off.
+  const bool flags_neg = env_is("GDN_WYTC_FLAGS", "negctl");
+  const bool flags = want_v9 && d16 && K == 128 && V == 128 && a.o.dtype == DType::bf16 &&
+                     s.N == 1 && state_blocks <= sms && NC <= 65535 && !env_is("GDN_WYTC_PAIR", "1") &&
+                     (flags_neg || env_is("GDN_WYTC_FLAGS", "1"));
+  const bool overlap = !flags && want_v9 && s.N == 1 && nseg >= 2 &&
+                       !env_is("GDN_WYTC_OVERLAP", "0") &&
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
+  const std::size_t b_ready = flags ? align_up(sizeof(unsigned) * tiles) : 0;
   const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
   const std::size_t b_all =
-      b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry;
+      b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry + b_ready;
   if (size_only) {  // the workspace query (detail::cuda_wy_tc_prefill): nothing queued
     *size_only = b_all;
     return Status::Ok();
@@ -1535,12 +1573,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   ws.eq = scratch.as<float>(off), off += b_vec;
   ws.ed = scratch.as<float>(off), off += b_vec;
   float* carry = overlap ? scratch.as<float>(off) : nullptr;  // one sequence's state, fp32
+  off += b_carry;
+  unsigned* ready = flags ? scratch.as<unsigned>(off) : nullptr;  // [NC, HV] flags
   const std::int32_t* d_tok0 = table.tok0;
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
 
   // Chunk kernels over the global chunks [c0, c1) on `stream`.
-  auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream) -> Status {
+  // ready: the flag pipeline's flags (v7 only; the grid is then (HV, chunks)).
+  auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream,
+                        unsigned* ready = nullptr) -> Status {
     if (c1 <= c0) return Status::Ok();
     ChunkParams cp{};
     cp.q = a.q.data, cp.k = a.k.data, cp.v = a.v.data;
@@ -1561,8 +1603,11 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.k16 = d16;
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
+    cp.ready = ready;
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
-    const dim3 grid(static_cast<unsigned>(c1 - c0), static_cast<unsigned>(pr.HV));
+    if (ready && !v7_chunk) return Status::Internal("wy-tc: flag pipeline without the v7 kernel");
+    const dim3 grid = ready ? dim3(static_cast<unsigned>(pr.HV), static_cast<unsigned>(c1 - c0))
+                            : dim3(static_cast<unsigned>(c1 - c0), static_cast<unsigned>(pr.HV));
     if (v7_chunk) {
       auto go = [&](auto kern) -> Status {
         constexpr std::size_t smem = ChunkSmemV7<K, V>::bytes;
@@ -1649,7 +1694,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // / 1 off / forced wherever it can run, =negctl forced with its negative control.
   sp.pair_negctl = env_is("GDN_WYTC_PAIR", "negctl");
   const bool pair_auto = overlap ? 2 * state_blocks > sms && NC >= 2048 : state_blocks > sms;
-  const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
+  const bool pair = !flags && v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
                     (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
                      (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
   // The state pass of `nseq` sequences from spp.seq0 on `stream`, with parameters `spp` (a
@@ -1678,6 +1723,13 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                   StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
                   "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
     }
+    if constexpr (K == 128 && V == 128 && std::is_same_v<TOut, __nv_bfloat16>) {
+      if (spp.ready && d16 && !pair)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true, true>,
+                  StateSmemWg<K, V, true, true, true, kOB>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, D16, flag pipeline) launch");
+    }
+    if (spp.ready) return Status::Internal("wy-tc: flag pipeline without its state kernel");
     if (d16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true>,
                 StateSmemWg<K, V, true, true, true, kOB>::bytes,
@@ -1747,6 +1799,32 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       group_n0.push_back(s.N);
       if (group_n0.size() < 3) group_n0.clear();  // one group: the plain passes
     }
+  }
+  if (flags) {
+    StateParams spf = sp;
+    spf.ready = ready;
+    const std::size_t b_flags = sizeof(unsigned) * static_cast<std::size_t>(tiles);
+    if (flags_neg) {  // negative control: the state pass reads a poisoned workspace first
+      GDN_CUDA_TRY(cudaMemsetAsync(scratch.as<unsigned char>(b_tab), 0xFF, off - b_tab, st));
+      GDN_CUDA_TRY(cudaMemsetAsync(ready, 1, b_flags, st));
+      Status ls = run_state(spf, s.N, st);
+      if (!ls.ok()) return ls;
+      return run_chunks(0, NC, st, ready);
+    }
+    SideStream& side = side_stream();
+    std::lock_guard<std::mutex> lock(side.m);
+    Status ls = side.ensure(2);
+    if (!ls.ok()) return ls;
+    GDN_CUDA_TRY(cudaMemsetAsync(ready, 0, b_flags, st));
+    GDN_CUDA_TRY(cudaEventRecord(side.ev[0], st));
+    GDN_CUDA_TRY(cudaStreamWaitEvent(side.s, side.ev[0], 0));
+    // The chunk kernel first: if it cannot be queued, no state block is left waiting for it.
+    ls = run_chunks(0, NC, st, ready);
+    if (!ls.ok()) return ls;
+    Status res = run_state(spf, s.N, side.s);
+    Status j = cuda::from_cuda(cudaEventRecord(side.ev[1], side.s), "wy-tc flags: join");
+    if (j.ok()) j = cuda::from_cuda(cudaStreamWaitEvent(st, side.ev[1], 0), "wy-tc flags: join");
+    return res.ok() ? j : res;
   }
   if (!overlap && group_n0.empty()) {
     Status ls = run_chunks(0, NC, st);

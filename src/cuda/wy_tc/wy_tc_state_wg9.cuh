@@ -130,8 +130,13 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D. The default
 // with fp16 U since session 22 (r70, H100: this pass 99.9 -> 92.5 us at T = 4096, 17.0 M -> 15.2 M
 // instructions; 254 registers against 236, no spills).
+// kFlags (the flag pipeline, launch(): one sequence, one slice per block): the chunk kernel runs
+// at the same time, and thread 0 copies chunk c's tiles only after acquiring c's ready flags
+// (its value head's and, for Q and K^T, its key head's writer's); see wg9_flags below. G_C of a
+// chunk travels through shared memory (s_gc), read by the others after a block barrier that
+// follows the acquire. Without kFlags the kernel is the one above, instruction for instruction.
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
-          bool kD16 = false>
+          bool kD16 = false, bool kFlags = false>
 __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
 #if GDN_WYTC_WG_DEVICE
   constexpr int C = Cfg::kChunk, VS = SCfg::kVSlice;
@@ -161,11 +166,52 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
-  if (threadIdx.x == 0)
-    for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) {
-      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a);
-      wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h);
+  static_assert(!kFlags || kNS == 1, "flag pipeline: one slice per block");
+  __shared__ float s_gc[kFlags ? 4 : 1];  // kFlags: G_C of chunk c in s_gc[c & 3]
+  // kFlags, thread 0 only: acq = the last chunk whose flags it has acquired (in order), next_a /
+  // next_b = the next chunk whose tiles A / B are still to be copied.
+  int acq = c_begin - 1, next_a = c_begin, next_b = c_begin;
+  const int hw = [&] {  // the value head that writes this head's key-head tiles (Q, K^T)
+    const int hk = p.tiled ? h % p.HK : h / (p.HV / p.HK);
+    return p.tiled ? hk : hk * (p.HV / p.HK);
+  }();
+  auto acquire = [&](int c, bool block) -> bool {  // thread 0: chunks up to c acquired?
+    bool got = false;
+    while (acq < c) {
+      const unsigned* f = p.ready + static_cast<std::int64_t>(acq + 1) * p.HV;
+      if (!(cuda::flag_acquire(f + h) && cuda::flag_acquire(f + hw))) {
+        if (!block) break;
+        const std::uint64_t t0 = cuda::global_ns();
+        while (!(cuda::flag_acquire(f + h) && cuda::flag_acquire(f + hw))) {
+          __nanosleep(128);
+          if (cuda::global_ns() - t0 > 20000000000ull) __trap();  // 20 s: the producer is gone
+        }
+      }
+      ++acq;
+      s_gc[acq & 3] = p.ws.gc[static_cast<std::int64_t>(acq) * p.HV + h];
+      got = true;
     }
+    if (got) cuda::fence_proxy_async_global();  // the bulk copies below read what was acquired
+    return acq >= c;
+  };
+  auto issue_a = [&](int cg) { wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a); };
+  auto issue_b = [&](int cg) { wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h); };
+  if constexpr (kFlags) {
+    if (threadIdx.x == 0 && c_begin < c_end) {
+      acquire(c_begin, true);
+      issue_a(c_begin), issue_b(c_begin);
+      next_a = next_b = c_begin + 1;
+      if (c_begin + 1 < c_end && acquire(c_begin + 1, false)) {
+        issue_a(c_begin + 1), issue_b(c_begin + 1);
+        next_a = next_b = c_begin + 2;
+      }
+    }
+    __syncthreads();  // s_gc[c_begin]
+  } else {
+    (void)acquire, (void)hw, (void)next_a, (void)next_b;
+    if (threadIdx.x == 0)
+      for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) issue_a(cg), issue_b(cg);
+  }
   // Descriptor low word of the tile at byte offset off (from smem_wg) with LBO lbo:
   // d0 + off / 16 + (lbo / 16 << 16), d0 = the start-address field of smem_wg (no field
   // overlaps: the start address is bits 0-13, LBO bits 16-29). One base per buffer and chunk.
@@ -219,13 +265,14 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     if constexpr (!kHalf) wg::keep_u(al);
   };
   auto gc_of = [&](int cg) {  // G_C of chunk cg, 0 (decay 1) past the sequence's end
-    return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
+    if constexpr (kFlags) return cg < c_end ? s_gc[cg & 3] : 0.f;  // after its barrier
+    else return cg < c_end ? p.ws.gc[static_cast<std::int64_t>(cg) * p.HV + h] : 0.f;
   };
   split_and_decay(expf(gc_of(c_begin)));
   float ot[C / 8][4] = {};  // O^T of the previous chunk until its epilogue, then of this one
   int prev_tok0 = 0, prev_len = 0;  // the previous chunk's tokens (its epilogue's stores)
   for (int cg = c_begin; cg < c_end; ++cg) {
-    const float gc_next = gc_of(cg + 1);
+    float gc_next = kFlags ? 0.f : gc_of(cg + 1);  // kFlags: read after the middle barrier
     const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
     const int it = cg - c_begin, b = it & 1;
     const unsigned parity = (it >> 1) & 1;
@@ -267,8 +314,12 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
-      if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0)
-        wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg - 1 + NBUF, c_begin, h);
+      if constexpr (kFlags) {  // B(c + 1) if its flags are up; else before the middle barrier
+        if (threadIdx.x == 0 && next_b == cg + 1 && cg + 1 < c_end && acquire(cg + 1, false))
+          issue_b(cg + 1), ++next_b;
+      } else if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0) {
+        issue_b(cg - 1 + NBUF);
+      }
       store_o(prev_tok0, prev_len);
     }
     prev_tok0 = tok0, prev_len = len;
@@ -334,9 +385,23 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
       wg_scale_cols(ot, ot, sEq, tig);
     }
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
+    if constexpr (kFlags) {  // chunk c + 1 acquired (waiting here if need be), its B copied
+      if (threadIdx.x == 0 && cg + 1 < c_end) {
+        acquire(cg + 1, true);
+        if (next_b == cg + 1) issue_b(cg + 1), ++next_b;
+      }
+    }
     __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
-    if (cg + NBUF < c_end && threadIdx.x == 0)
-      wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg + NBUF, c_begin, h, slice_a);
+    if constexpr (kFlags) {  // A(c + 1) if it waited for its flags, A(c + 2) if they are up
+      if (threadIdx.x == 0) {
+        if (next_a == cg + 1 && cg + 1 < c_end) issue_a(cg + 1), ++next_a;
+        if (next_a == cg + 2 && cg + 2 < c_end && acquire(cg + 2, false))
+          issue_a(cg + 2), ++next_a;
+      }
+      gc_next = gc_of(cg + 1);  // s_gc[c + 1], written before the barrier above
+    } else if (cg + NBUF < c_end && threadIdx.x == 0) {
+      issue_a(cg + NBUF);
+    }
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < C / 16; ++kc) {  // OP(c)
