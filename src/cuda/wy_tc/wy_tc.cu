@@ -1815,11 +1815,18 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     std::lock_guard<std::mutex> lock(side.m);
     Status ls = side.ensure(2);
     if (!ls.ok()) return ls;
+    // GDN_WYTC_FLAGS_LEAD=n (experiments): the first n chunks' chunk blocks run alone (on all
+    // SMs) before the state pass is queued; the rest as above.
+    std::int64_t lead = 0;
+    if (const char* e = std::getenv("GDN_WYTC_FLAGS_LEAD"))
+      lead = std::clamp<std::int64_t>(std::atoll(e), 0, NC);
     GDN_CUDA_TRY(cudaMemsetAsync(ready, 0, b_flags, st));
+    ls = run_chunks(0, lead, st, ready);
+    if (!ls.ok()) return ls;
     GDN_CUDA_TRY(cudaEventRecord(side.ev[0], st));
     GDN_CUDA_TRY(cudaStreamWaitEvent(side.s, side.ev[0], 0));
     // The chunk kernel first: if it cannot be queued, no state block is left waiting for it.
-    ls = run_chunks(0, NC, st, ready);
+    ls = run_chunks(lead, NC, st, ready);
     if (!ls.ok()) return ls;
     Status res = run_state(spf, s.N, side.s);
     Status j = cuda::from_cuda(cudaEventRecord(side.ev[1], side.s), "wy-tc flags: join");
