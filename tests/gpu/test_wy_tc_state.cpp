@@ -332,6 +332,14 @@ TEST(WyTcState, FlagPipelineEqualsSinglePass) {
                           "a state pass run before its chunk kernel changed nothing: the flag "
                           "pipeline did not run");
   }
+  {  // with paired slices (GDN_WYTC_PAIR=1): the paired flag kernel against the paired pass
+    SCOPED_TRACE("paired");
+    const check::Case c = check::make_case(cs[0].spec, 950);
+    const check::Oracle ref = check::ref_serial(c);
+    testutil::ScopedEnv pair("GDN_WYTC_PAIR", "1");
+    expect_variant_equals("GDN_WYTC_FLAGS", "1", "flag pipeline, paired slices", cs[0].name, c,
+                          ref, "a paired state pass run before its chunk kernel changed nothing");
+  }
 }
 
 // Paired slices in the v9 state pass (GDN_WYTC_PAIR=1 forces them; by default multi-wave state

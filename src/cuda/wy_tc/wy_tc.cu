@@ -1527,15 +1527,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // up). The chunk kernel never waits, so it always completes and every flag is set: no
   // deadlock whatever the block placement (a serialising environment, e.g. a sanitizer, runs the
   // chunk kernel, enqueued first, to the end before the state kernel, which then never waits).
-  // Where it can run: the default state pass (half, fp16 U, D16, one slice per block) at
-  // K = V = 128 with bf16 o, one sequence, state blocks within one wave, at most 65535 chunks.
+  // Where it can run: the default state pass (half, fp16 U, D16; one slice per block, or paired
+  // slices where GDN_WYTC_PAIR=1 forces them) at K = V = 128 with bf16 o, one sequence, state
+  // blocks within one wave, at most 65535 chunks.
   // GDN_WYTC_FLAGS=1 forces it there, =negctl too with its negative control (the state pass run
   // BEFORE the chunk kernel on one stream with every flag preset and the workspace poisoned:
   // must differ), =0 or unset: off.
   const bool flags_neg = env_is("GDN_WYTC_FLAGS", "negctl");
   const bool flags = want_v9 && d16 && K == 128 && V == 128 && a.o.dtype == DType::bf16 &&
-                     s.N == 1 && state_blocks <= sms && NC <= 65535 && !env_is("GDN_WYTC_PAIR", "1") &&
-                     (flags_neg || env_is("GDN_WYTC_FLAGS", "1"));
+                     s.N == 1 && state_blocks <= sms && NC <= 65535 &&
+                     !env_is("GDN_WYTC_PAIR", "negctl") && (flags_neg || env_is("GDN_WYTC_FLAGS", "1"));
   const bool overlap = !flags && want_v9 && s.N == 1 && nseg >= 2 &&
                        !env_is("GDN_WYTC_OVERLAP", "0") &&
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
@@ -1694,7 +1695,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // / 1 off / forced wherever it can run, =negctl forced with its negative control.
   sp.pair_negctl = env_is("GDN_WYTC_PAIR", "negctl");
   const bool pair_auto = overlap ? 2 * state_blocks > sms && NC >= 2048 : state_blocks > sms;
-  const bool pair = !flags && v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
+  const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
                     (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
                      (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
   // The state pass of `nseq` sequences from spp.seq0 on `stream`, with parameters `spp` (a
@@ -1724,7 +1725,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                   "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
     }
     if constexpr (K == 128 && V == 128 && std::is_same_v<TOut, __nv_bfloat16>) {
-      if (spp.ready && d16 && !pair)
+      if (spp.ready && d16 && pair)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true, true>,
+                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, D16, flag pipeline) launch",
+                  2);
+      if (spp.ready && d16)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true, true>,
                   StateSmemWg<K, V, true, true, true, kOB>::bytes,
                   "wy_tc_state_kernel_wg9 (half, fp16 U, D16, flag pipeline) launch");

@@ -130,7 +130,8 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D. The default
 // with fp16 U since session 22 (r70, H100: this pass 99.9 -> 92.5 us at T = 4096, 17.0 M -> 15.2 M
 // instructions; 254 registers against 236, no spills).
-// kFlags (the flag pipeline, launch(): one sequence, one slice per block): the chunk kernel runs
+// kFlags (the flag pipeline, launch(): one sequence; one slice per block, or paired with
+// GDN_WYTC_PAIR=1, thread 0 copying for both warpgroups as without flags): the chunk kernel runs
 // at the same time, and thread 0 copies chunk c's tiles only after acquiring c's ready flags
 // (its value head's and, for Q and K^T, its key head's writer's); see wg9_flags below. G_C of a
 // chunk travels through shared memory (s_gc), read by the others after a block barrier that
@@ -166,7 +167,6 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   const unsigned oWh = p.wg_negctl ? Sm::oQh : Sm::oWh;  // negative control: W^T reads Q
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
-  static_assert(!kFlags || kNS == 1, "flag pipeline: one slice per block");
   __shared__ float s_gc[kFlags ? 4 : 1];  // kFlags: G_C of chunk c in s_gc[c & 3]
   // kFlags, thread 0 only: acq = the last chunk whose flags it has acquired (in order), next_a /
   // next_b = the next chunk whose tiles A / B are still to be copied.
