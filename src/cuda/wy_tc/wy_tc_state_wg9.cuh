@@ -133,7 +133,7 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // kFlags (the flag pipeline, launch(): one sequence; one slice per block, or paired with
 // GDN_WYTC_PAIR=1, thread 0 copying for both warpgroups as without flags): the chunk kernel runs
 // at the same time, and thread 0 copies chunk c's tiles only after acquiring c's ready flags
-// (its value head's and, for Q and K^T, its key head's writer's); see wg9_flags below. G_C of a
+// (its value head's and, for Q and K^T, its key head's writer's; `acquire` below). G_C of a
 // chunk travels through shared memory (s_gc), read by the others after a block barrier that
 // follows the acquire. Without kFlags the kernel is the one above, instruction for instruction.
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
