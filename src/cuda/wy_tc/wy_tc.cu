@@ -1518,7 +1518,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const int sms = sm_count();
   const bool fits = 2 * state_blocks <= sms ? NC >= 256
                                             : state_blocks <= sms && NC >= (half ? 256 : 512);
-  // Flag pipeline (session 28; opt-in until measured): one chunk launch and one state launch for
+  // Flag pipeline (session 28): one chunk launch and one state launch for
   // the whole sequence, at the same time on two streams. The chunk grid runs chunk by chunk (all
   // heads of chunk c before c + 1) and each chunk block sets a ready flag when its workspace tiles
   // are written; each state block copies chunk c's tiles once c's flags are up (v9's kFlags). So
@@ -1530,13 +1530,26 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Where it can run: the default state pass (half, fp16 U, D16; one slice per block, or paired
   // slices where GDN_WYTC_PAIR=1 forces them) at K = V = 128 with bf16 o, one sequence, state
   // blocks within one wave, at most 65535 chunks.
-  // GDN_WYTC_FLAGS=1 forces it there, =negctl too with its negative control (the state pass run
-  // BEFORE the chunk kernel on one stream with every flag preset and the workspace poisoned:
-  // must differ), =0 or unset: off.
+  // The default there since session 28, with paired slices (r81 / r82, 478ebe1, H100, one
+  // process per case; ms default -> GDN_WYTC_FLAGS=1 GDN_WYTC_PAIR=1): 27b T = 32768 1.575 ->
+  // 1.380 (two rounds), 131072 6.10 -> 5.57, 16384 0.820 -> 0.710, 8192 0.439 -> 0.370, 4096
+  // 0.2296 -> 0.2045 (two rounds), 1024 0.0783 -> 0.0731; qwen3-next T = 32768 1.232 -> 1.161
+  // (two rounds), 8192 0.364 -> 0.318, 4096 0.190 -> 0.179. With one slice per block it lost
+  // everywhere (27b T = 32768 2.00, qwen3-next 1.76 ms): 96 resident state blocks leave each of
+  // their SMs one chunk block for the whole run; paired blocks take 48 SMs whole and leave 84.
+  // GDN_WYTC_FLAGS=0 off; =1 forces it where it can run (paired unless GDN_WYTC_PAIR=0), =negctl
+  // too with its negative control (the state pass run BEFORE the chunk kernel on one stream with
+  // every flag preset and the workspace poisoned: must differ). Unset: on where it can run unless
+  // GDN_WYTC_OVERLAP, GDN_WYTC_SEGS or GDN_WYTC_PAIR=0|negctl ask for the segmented passes or
+  // one-slice blocks (A/B runs, tests).
   const bool flags_neg = env_is("GDN_WYTC_FLAGS", "negctl");
+  const bool flags_default = !std::getenv("GDN_WYTC_FLAGS") && !std::getenv("GDN_WYTC_OVERLAP") &&
+                             !std::getenv("GDN_WYTC_SEGS") && !env_is("GDN_WYTC_PAIR", "0") &&
+                             !env_is("GDN_WYTC_PAIR", "negctl");
   const bool flags = want_v9 && d16 && K == 128 && V == 128 && a.o.dtype == DType::bf16 &&
                      s.N == 1 && state_blocks <= sms && NC <= 65535 &&
-                     !env_is("GDN_WYTC_PAIR", "negctl") && (flags_neg || env_is("GDN_WYTC_FLAGS", "1"));
+                     !env_is("GDN_WYTC_PAIR", "negctl") &&
+                     (flags_neg || env_is("GDN_WYTC_FLAGS", "1") || flags_default);
   const bool overlap = !flags && want_v9 && s.N == 1 && nseg >= 2 &&
                        !env_is("GDN_WYTC_OVERLAP", "0") &&
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
@@ -1697,7 +1710,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const bool pair_auto = overlap ? 2 * state_blocks > sms && NC >= 2048 : state_blocks > sms;
   const bool pair = v9 && half && u16 && V == 2 * SCfg::kVSlice && a.o.dtype != DType::f32 &&
                     (sp.pair_negctl || env_is("GDN_WYTC_PAIR", "1") ||
-                     (pair_auto && !env_is("GDN_WYTC_PAIR", "0")));
+                     ((pair_auto || flags) && !env_is("GDN_WYTC_PAIR", "0")));
   // The state pass of `nseq` sequences from spp.seq0 on `stream`, with parameters `spp` (a
   // segment's, or the whole sequences').
   auto run_state = [&](StateParams spp, int nseq, cudaStream_t stream) -> Status {
@@ -1822,7 +1835,8 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     Status ls = side.ensure(2);
     if (!ls.ok()) return ls;
     // GDN_WYTC_FLAGS_LEAD=n (experiments): the first n chunks' chunk blocks run alone (on all
-    // SMs) before the state pass is queued; the rest as above.
+    // SMs) before the state pass is queued; the rest as above. r81: slower (27b T = 32768 paired
+    // 1.418 against 1.380 ms with LEAD=85).
     std::int64_t lead = 0;
     if (const char* e = std::getenv("GDN_WYTC_FLAGS_LEAD"))
       lead = std::clamp<std::int64_t>(std::atoll(e), 0, NC);
