@@ -288,8 +288,8 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
-// The flag pipeline (GDN_WYTC_FLAGS=1 forces it; the default for one sequence at K = V = 128 with
-// bf16 o since session 28, with paired slices): one chunk launch over all chunks, chunk by
+// The flag pipeline (GDN_WYTC_FLAGS=1, opt-in; paired slices unless GDN_WYTC_PAIR=0; session
+// 28): one chunk launch over all chunks, chunk by
 // chunk, and one state launch at the same time on the side stream; each state block copies chunk
 // c's tiles only after the chunk blocks of c (its value head's, and its key head's writer's for Q
 // and K^T) have set their ready flags. Only the schedule changes, so o and the final state equal
@@ -337,6 +337,19 @@ TEST(WyTcState, FlagPipelineEqualsSinglePass) {
                             std::string("flag pipeline, PAIR=") + pair, sc.name, c, ref,
                             "a state pass run before its chunk kernel changed nothing: the flag "
                             "pipeline did not run");
+      // The state pass really waits: with the workspace poisoned and the chunk kernel held back
+      // ~20 ms (GDN_WYTC_FLAGS=delay), any tile copied before its flag is poison, so only a
+      // waiting state pass still equals the single pass. (Session 28's first paired run
+      // dispatched a non-waiting kernel and the checks above did not notice.)
+      const check::ArmOutput one = run_with("GDN_WYTC_FLAGS", "0", c);
+      const check::ArmOutput late = run_with("GDN_WYTC_FLAGS", "delay", c);
+      ASSERT_TRUE(one.status.ok() && late.status.ok()) << late.status.message();
+      std::size_t diff = 0;
+      for (std::size_t i = 0; i < one.o.size(); ++i) diff += !(late.o[i] == one.o[i]);
+      for (std::size_t i = 0; i < one.hT.size(); ++i) diff += !(late.hT[i] == one.hT[i]);
+      std::printf("wy-tc flag pipeline, PAIR=%s, chunk kernel held back, %s: %zu elements differ\n",
+                  pair, sc.name, diff);
+      EXPECT_EQ(diff, 0u) << "the state pass read tiles before their flags were set";
     }
   }
 }

@@ -1343,6 +1343,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   }
 }
 
+// The flag pipeline's test delay (GDN_WYTC_FLAGS=delay): one thread sleeps for ns nanoseconds.
+__global__ void wy_tc_sleep_kernel(unsigned ns) {
+  const std::uint64_t t0 = cuda::global_ns();
+  while (cuda::global_ns() - t0 < ns) __nanosleep(1000);
+}
+
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
 using cuda::env_is;
@@ -1527,29 +1533,26 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // up). The chunk kernel never waits, so it always completes and every flag is set: no
   // deadlock whatever the block placement (a serialising environment, e.g. a sanitizer, runs the
   // chunk kernel, enqueued first, to the end before the state kernel, which then never waits).
-  // Where it can run: the default state pass (half, fp16 U, D16; one slice per block, or paired
-  // slices where GDN_WYTC_PAIR=1 forces them) at K = V = 128 with bf16 o, one sequence, state
-  // blocks within one wave, at most 65535 chunks.
-  // The default there since session 28, with paired slices (r81 / r82, 478ebe1, H100, one
-  // process per case; ms default -> GDN_WYTC_FLAGS=1 GDN_WYTC_PAIR=1): 27b T = 32768 1.575 ->
-  // 1.380 (two rounds), 131072 6.10 -> 5.57, 16384 0.820 -> 0.710, 8192 0.439 -> 0.370, 4096
-  // 0.2296 -> 0.2045 (two rounds), 1024 0.0783 -> 0.0731; qwen3-next T = 32768 1.232 -> 1.161
-  // (two rounds), 8192 0.364 -> 0.318, 4096 0.190 -> 0.179. With one slice per block it lost
-  // everywhere (27b T = 32768 2.00, qwen3-next 1.76 ms): 96 resident state blocks leave each of
-  // their SMs one chunk block for the whole run; paired blocks take 48 SMs whole and leave 84.
-  // GDN_WYTC_FLAGS=0 off; =1 forces it where it can run (paired unless GDN_WYTC_PAIR=0), =negctl
-  // too with its negative control (the state pass run BEFORE the chunk kernel on one stream with
-  // every flag preset and the workspace poisoned: must differ). Unset: on where it can run unless
-  // GDN_WYTC_OVERLAP, GDN_WYTC_SEGS or GDN_WYTC_PAIR=0|negctl ask for the segmented passes or
-  // one-slice blocks (A/B runs, tests).
+  // Where it can run: the default state pass (half, fp16 U, D16; paired slices, or one slice
+  // per block with GDN_WYTC_PAIR=0) at K = V = 128 with bf16 o, one sequence, state blocks
+  // within one wave, at most 65535 chunks.
+  // Opt-in. r81 (478ebe1, H100) measured the one-slice form 10-42% slower on every case (27b
+  // T = 32768 2.00 against 1.575 ms, qwen3-next 1.76 against 1.23): 96 resident state blocks leave
+  // each of their SMs one chunk block for the whole run. Its "paired" rows (1.380 ms at 27b
+  // T = 32768) did NOT run the paired flag kernel: run_state dispatched the non-waiting paired
+  // kernel first (fixed here), so they timed an unsynchronised pair of kernels, whose results
+  // only matched because the chunk pass stayed ahead; the paired flag kernel is unmeasured.
+  // GDN_WYTC_FLAGS=1 forces it where it can run (paired unless GDN_WYTC_PAIR=0); =negctl too with
+  // its negative control (the state pass run BEFORE the chunk kernel on one stream with every
+  // flag preset and the workspace poisoned: must differ); =delay (test): the workspace poisoned
+  // and the chunk kernel held back ~20 ms behind a sleeping kernel, so a state pass that does not
+  // wait for the flags reads poison (must still equal the single pass); =0 or unset: off.
   const bool flags_neg = env_is("GDN_WYTC_FLAGS", "negctl");
-  const bool flags_default = !std::getenv("GDN_WYTC_FLAGS") && !std::getenv("GDN_WYTC_OVERLAP") &&
-                             !std::getenv("GDN_WYTC_SEGS") && !env_is("GDN_WYTC_PAIR", "0") &&
-                             !env_is("GDN_WYTC_PAIR", "negctl");
+  const bool flags_delay = env_is("GDN_WYTC_FLAGS", "delay");
   const bool flags = want_v9 && d16 && K == 128 && V == 128 && a.o.dtype == DType::bf16 &&
                      s.N == 1 && state_blocks <= sms && NC <= 65535 &&
                      !env_is("GDN_WYTC_PAIR", "negctl") &&
-                     (flags_neg || env_is("GDN_WYTC_FLAGS", "1") || flags_default);
+                     (flags_neg || flags_delay || env_is("GDN_WYTC_FLAGS", "1"));
   const bool overlap = !flags && want_v9 && s.N == 1 && nseg >= 2 &&
                        !env_is("GDN_WYTC_OVERLAP", "0") &&
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
@@ -1727,16 +1730,9 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       return cuda::from_cuda(cudaGetLastError(), name);
     };
     constexpr int kOB = static_cast<int>(kEs);  // v9's o staging sized for the o dtype
-    if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
-      if (pair && d16)
-        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true>,
-                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, D16) launch", 2);
-      if (pair)
-        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2>,
-                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
-                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
-    }
+    // The flag pipeline's kernels first: spp.ready must never reach a kernel that does not wait
+    // for the flags (session 28's first paired measurement, r81 / r82, did: the paired branch
+    // below came first).
     if constexpr (K == 128 && V == 128 && std::is_same_v<TOut, __nv_bfloat16>) {
       if (spp.ready && d16 && pair)
         return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true, true>,
@@ -1749,6 +1745,16 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                   "wy_tc_state_kernel_wg9 (half, fp16 U, D16, flag pipeline) launch");
     }
     if (spp.ready) return Status::Internal("wy-tc: flag pipeline without its state kernel");
+    if constexpr (kEs == 2 && V == 2 * SCfg::kVSlice) {
+      if (pair && d16)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2, true>,
+                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices, D16) launch", 2);
+      if (pair)
+        return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 2>,
+                  StateSmemWg<K, V, true, true, true, kOB, 2>::bytes,
+                  "wy_tc_state_kernel_wg9 (half, fp16 U, paired slices) launch", 2);
+    }
     if (d16)
       return go(wy_tc_state_kernel_wg9<TOut, K, V, true, true, 1, true>,
                 StateSmemWg<K, V, true, true, true, kOB>::bytes,
@@ -1834,19 +1840,19 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     std::lock_guard<std::mutex> lock(side.m);
     Status ls = side.ensure(2);
     if (!ls.ok()) return ls;
-    // GDN_WYTC_FLAGS_LEAD=n (experiments): the first n chunks' chunk blocks run alone (on all
-    // SMs) before the state pass is queued; the rest as above. r81: slower (27b T = 32768 paired
-    // 1.418 against 1.380 ms with LEAD=85).
-    std::int64_t lead = 0;
-    if (const char* e = std::getenv("GDN_WYTC_FLAGS_LEAD"))
-      lead = std::clamp<std::int64_t>(std::atoll(e), 0, NC);
+    // (GDN_WYTC_FLAGS_LEAD=n, the first n chunks alone before the state launch, was measured
+    // slower in r81 and removed; it stays in git at 6289d81.)
+    if (flags_delay)  // test: anything read before its flag is poison
+      GDN_CUDA_TRY(cudaMemsetAsync(scratch.as<unsigned char>(b_tab), 0xFF, off - b_tab, st));
     GDN_CUDA_TRY(cudaMemsetAsync(ready, 0, b_flags, st));
-    ls = run_chunks(0, lead, st, ready);
-    if (!ls.ok()) return ls;
     GDN_CUDA_TRY(cudaEventRecord(side.ev[0], st));
     GDN_CUDA_TRY(cudaStreamWaitEvent(side.s, side.ev[0], 0));
+    if (flags_delay) {
+      wy_tc_sleep_kernel<<<1, 1, 0, st>>>(20u * 1000u * 1000u);
+      GDN_CUDA_LAUNCH_CHECK("wy_tc_sleep_kernel");
+    }
     // The chunk kernel first: if it cannot be queued, no state block is left waiting for it.
-    ls = run_chunks(lead, NC, st, ready);
+    ls = run_chunks(0, NC, st, ready);
     if (!ls.ok()) return ls;
     Status res = run_state(spf, s.N, side.s);
     Status j = cuda::from_cuda(cudaEventRecord(side.ev[1], side.s), "wy-tc flags: join");
