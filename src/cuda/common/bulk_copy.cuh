@@ -66,27 +66,37 @@ __device__ __forceinline__ void mbar_init_fence() {
 #endif
 }
 
-// Ready flags between two concurrently running kernels (wy-tc's flag pipeline): a producer block
-// publishes its global stores with flag_release (after every thread's stores, a
-// fence_proxy_async_global and a block barrier), a consumer thread polls with flag_acquire and,
-// before reading the data with bulk copies (async proxy), issues fence_proxy_async_global.
-__device__ __forceinline__ void flag_release(unsigned* f, unsigned v) {
+// Ready words between two concurrently running kernels (wy-tc's flag pipeline): producer blocks
+// publish their global stores with ready_add (after every thread's stores, a
+// fence_proxy_async_global and a block barrier: a release reduction, so several producers may
+// count into one word); a consumer thread reads the word with ready_peek (relaxed: the load can be
+// issued well before its value is looked at), and once the word says ready it issues
+// fence_acquire_gpu (with the relaxed load before it, the acquire pattern that synchronises with
+// every release reduction the load observed) and, before reading the data with bulk copies
+// (async proxy), fence_proxy_async_global.
+__device__ __forceinline__ void ready_add(unsigned long long* w, unsigned long long v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(f), "r"(v) : "memory");
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(w), "l"(v) : "memory");
 #else
   __threadfence();
-  *reinterpret_cast<volatile unsigned*>(f) = v;
+  atomicAdd(w, v);
 #endif
 }
-__device__ __forceinline__ unsigned flag_acquire(const unsigned* f) {
-  unsigned v;
+__device__ __forceinline__ unsigned long long ready_peek(const unsigned long long* w) {
+  unsigned long long v;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(w) : "memory");
 #else
-  v = *reinterpret_cast<const volatile unsigned*>(f);
-  __threadfence();
+  v = *reinterpret_cast<const volatile unsigned long long*>(w);
 #endif
   return v;
+}
+__device__ __forceinline__ void fence_acquire_gpu() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
+  __threadfence();
+#endif
 }
 // Orders this thread's generic-proxy global accesses before its later async-proxy ones (and the
 // reverse); a no-op below sm_90, where no bulk copy reads the data.

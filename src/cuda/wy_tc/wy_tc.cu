@@ -287,11 +287,25 @@ struct ChunkParams {
   Workspace ws;
   int chunk0;  // global chunk of blockIdx.x = 0 (a segment's first chunk; 0 for all chunks)
   // Flag pipeline (v7 only; null = off): the grid is (HV, chunks), heads fastest, so blocks are
-  // dispatched chunk by chunk in the state chain's order, and each block sets ready[cg * HV + h]
-  // to 1 once its workspace tiles are written (the state pass, running at the same time, waits
-  // for it; see launch()).
-  unsigned* ready;
+  // dispatched chunk by chunk in the state chain's order. ready[cg * HV + h] (zeroed before the
+  // launch) counts in its high half the blocks whose tiles value head h's state block needs for
+  // chunk cg: block (cg, h) adds 1 and G_C's bits (the low half), and the block that writes the
+  // key head's Q / K tiles, if another, adds 1 (publish_ready). The state pass, running at the same
+  // time, waits for 1 or 2 (see launch()).
+  unsigned long long* ready;
 };
+
+// The flag pipeline's publication of chunk block (cg, h), thread 0, after every thread's
+// workspace stores, a fence and a block barrier: its own word (one arrival, G_C in the low half),
+// and, for the block that writes the key head's Q / K tiles, one arrival in the words of the key
+// head's other value heads.
+__device__ __forceinline__ void publish_ready(const ChunkParams& p, int cg, int h, float gc) {
+  unsigned long long* w = p.ready + static_cast<std::int64_t>(cg) * p.HV;
+  cuda::ready_add(w + h, (1ull << 32) | __float_as_uint(gc));
+  const int g = p.HV / p.HK;
+  if (g > 1 && (p.tiled ? h < p.HK : h % g == 0))
+    for (int j = 1; j < g; ++j) cuda::ready_add(w + (p.tiled ? h + j * p.HK : h + j), 1ull << 32);
+}
 
 template <int K, int V> struct ChunkSmem {
   static constexpr int LK = K + Cfg::kPad;                  // sK row stride
@@ -480,9 +494,11 @@ struct StateParams {
                    // tiles; parity must fail, which shows that the wgmma pass is the one running
   bool pair_negctl;  // v9 with paired slices only, negative control (GDN_WYTC_PAIR=negctl): both
                      // warpgroups read slice 0's U
-  // Flag pipeline (the kFlags instantiation of v9 only): ready[cg * HV + h] != 0 once the chunk
-  // kernel (running at the same time) has written chunk cg's tiles of value head h.
-  const unsigned* ready;
+  // Flag pipeline (the kFlags instantiation of v9 only): ready[cg * HV + h] counts, in its high
+  // half, the chunk blocks (running at the same time) that have written chunk cg's tiles of value
+  // head h (ready at 1 where h writes its key head's Q / K tiles, else 2); its low half holds
+  // G_C (ChunkParams::ready).
+  const unsigned long long* ready;
   Workspace ws;
 };
 
@@ -923,7 +939,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   const int gid = lane >> 2, tig = lane & 3;
   const int tok0 = p.chunk_tok0[cg], len = p.chunk_len[cg];
   if (len == 0) {  // slack entry of an upper-bound chunk table (whole block)
-    if (flags && tid == 0) cuda::flag_release(p.ready + static_cast<std::int64_t>(cg) * p.HV + h, 1u);
+    if (flags && tid == 0) publish_ready(p, cg, h, 0.f);  // (no state block reads past its end)
     return;
   }
   const int kh = p.tiled ? h % p.HK : h / (p.HV / p.HK);
@@ -1335,11 +1351,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
       }
     }
   }
-  if (flags) {  // publish: every thread's workspace stores, then the flag (release, gpu scope)
+  if (flags) {  // publish: every thread's workspace stores, then the ready words (release, gpu)
     __threadfence();
     cuda::fence_proxy_async_global();  // the readers copy these tiles with bulk copies
     __syncthreads();
-    if (tid == 0) cuda::flag_release(p.ready + static_cast<std::int64_t>(cg) * p.HV + h, 1u);
+    if (tid == 0) publish_ready(p, cg, h, p.ws.gc[base]);  // (its own store above)
   }
 }
 
@@ -1558,7 +1574,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
                        (overlap_forced ? (overlap_all || 2 * state_blocks <= sms) : fits);
   const std::size_t b_carry =
       overlap ? align_up(sizeof(float) * static_cast<std::size_t>(pr.HV) * K * V) : 0;
-  const std::size_t b_ready = flags ? align_up(sizeof(unsigned) * tiles) : 0;
+  const std::size_t b_ready = flags ? align_up(sizeof(unsigned long long) * tiles) : 0;
   const std::size_t b_qk_planes = exact_ws ? 2 * b_ckqk : 4 * b_ck;  // qh, kh [, ql, kl]
   const std::size_t b_all =
       b_tab + 2 * b_ck + b_qk_planes + 2 * b_cc + b_cv + b_gc + 2 * b_vec + b_carry + b_ready;
@@ -1591,7 +1607,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   ws.ed = scratch.as<float>(off), off += b_vec;
   float* carry = overlap ? scratch.as<float>(off) : nullptr;  // one sequence's state, fp32
   off += b_carry;
-  unsigned* ready = flags ? scratch.as<unsigned>(off) : nullptr;  // [NC, HV] flags
+  unsigned long long* ready = flags ? scratch.as<unsigned long long>(off) : nullptr;  // [NC, HV]
   const std::int32_t* d_tok0 = table.tok0;
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
@@ -1599,7 +1615,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // Chunk kernels over the global chunks [c0, c1) on `stream`.
   // ready: the flag pipeline's flags (v7 only; the grid is then (HV, chunks)).
   auto run_chunks = [&](std::int64_t c0, std::int64_t c1, cudaStream_t stream,
-                        unsigned* ready = nullptr) -> Status {
+                        unsigned long long* ready = nullptr) -> Status {
     if (c1 <= c0) return Status::Ok();
     ChunkParams cp{};
     cp.q = a.q.data, cp.k = a.k.data, cp.v = a.v.data;
@@ -1828,7 +1844,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   if (flags) {
     StateParams spf = sp;
     spf.ready = ready;
-    const std::size_t b_flags = sizeof(unsigned) * static_cast<std::size_t>(tiles);
+    const std::size_t b_flags = sizeof(unsigned long long) * static_cast<std::size_t>(tiles);
     if (flags_neg) {  // negative control: the state pass reads a poisoned workspace first
       GDN_CUDA_TRY(cudaMemsetAsync(scratch.as<unsigned char>(b_tab), 0xFF, off - b_tab, st));
       GDN_CUDA_TRY(cudaMemsetAsync(ready, 1, b_flags, st));

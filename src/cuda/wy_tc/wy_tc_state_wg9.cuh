@@ -130,12 +130,15 @@ __device__ __forceinline__ void acc_to_a_f16(std::uint32_t (&h)[4], const float 
 // bf16 K^T (two products): 9 -> 7 units of 64^3 MACs per chunk, and no lo half of D. The default
 // with fp16 U since session 22 (r70, H100: this pass 99.9 -> 92.5 us at T = 4096, 17.0 M -> 15.2 M
 // instructions; 254 registers against 236, no spills).
-// kFlags (the flag pipeline, launch(): one sequence; one slice per block, or paired with
-// GDN_WYTC_PAIR=1, thread 0 copying for both warpgroups as without flags): the chunk kernel runs
-// at the same time, and thread 0 copies chunk c's tiles only after acquiring c's ready flags
-// (its value head's and, for Q and K^T, its key head's writer's; `acquire` below). G_C of a
-// chunk travels through shared memory (s_gc), read by the others after a block barrier that
-// follows the acquire. Without kFlags the kernel is the one above, instruction for instruction.
+// kFlags (the flag pipeline, launch(): one sequence; paired slices, or one slice per block with
+// GDN_WYTC_PAIR=0, thread 0 copying for both warpgroups as without flags): the chunk kernel runs
+// at the same time, and thread 0 copies chunk c's tiles only after acquiring c's ready word
+// (ChunkParams::ready: the arrivals of its value head's block and of its key head's Q / K
+// writer, and G_C). Thread 0 probes the words ahead of the chain at two check points a step
+// (`poll`) and waits (`wait_for`) only at the middle barrier, for chunk c + 1, when the chain has
+// caught up with the chunk pass. G_C travels through shared memory (s_gc), read by the others
+// after a block barrier that follows its acquire. Without kFlags the kernel is the one above,
+// instruction for instruction.
 template <typename TOut, int K, int V, bool kHalf = false, bool kU16 = false, int kNS = 1,
           bool kD16 = false, bool kFlags = false>
 __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg9(StateParams p) {
@@ -168,47 +171,67 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   const unsigned oWl = p.wg_negctl ? Sm::oQh : Sm::oWl;  // (not read with kHalf)
   const int c_begin = max(p.seq_chunk0[n], p.seg_c0), c_end = min(p.seq_chunk0[n + 1], p.seg_c1);
   __shared__ float s_gc[kFlags ? 4 : 1];  // kFlags: G_C of chunk c in s_gc[c & 3]
-  // kFlags, thread 0 only: acq = the last chunk whose flags it has acquired (in order), next_a /
-  // next_b = the next chunk whose tiles A / B are still to be copied.
+  // kFlags, thread 0 only: acq = the last chunk acquired (in order; its G_C in s_gc), next_a /
+  // next_b = the next chunk whose tiles A / B are still to be copied; with `probing`, `probe` is
+  // chunk acq + 1's ready word, loaded (relaxed) at an earlier check point and looked at only at
+  // the next one, so the load's latency stays off the chain (session 29: three dependent acquire
+  // loads per step at the middle barrier cost ~1.3 us a step, r83).
   int acq = c_begin - 1, next_a = c_begin, next_b = c_begin;
-  const int hw = [&] {  // the value head that writes this head's key-head tiles (Q, K^T)
-    const int hk = p.tiled ? h % p.HK : h / (p.HV / p.HK);
-    return p.tiled ? hk : hk * (p.HV / p.HK);
+  bool probing = false;
+  unsigned long long probe = 0;
+  const unsigned long long need = [&] {  // ready: 1 arrival where this head writes the key
+    const int g = p.HV / p.HK;          // head's Q / K tiles, else 2 (ChunkParams::ready)
+    const bool own = g == 1 || (p.tiled ? h < p.HK : h % g == 0);
+    return (own ? 1ull : 2ull) << 32;
   }();
-  auto acquire = [&](int c, bool block) -> bool {  // thread 0: chunks up to c acquired?
-    bool got = false;
-    while (acq < c) {
-      const unsigned* f = p.ready + static_cast<std::int64_t>(acq + 1) * p.HV;
-      if (!(cuda::flag_acquire(f + h) && cuda::flag_acquire(f + hw))) {
-        if (!block) break;
-        const std::uint64_t t0 = cuda::global_ns();
-        while (!(cuda::flag_acquire(f + h) && cuda::flag_acquire(f + hw))) {
-          __nanosleep(128);
-          if (cuda::global_ns() - t0 > 20000000000ull) __trap();  // 20 s: the producer is gone
-        }
-      }
-      ++acq;
-      s_gc[acq & 3] = p.ws.gc[static_cast<std::int64_t>(acq) * p.HV + h];
-      got = true;
+  const unsigned long long* const rw = p.ready + h;  // chunk c's word: rw[c * HV]
+  auto take = [&](unsigned long long w) {  // chunk acq + 1's word w is up
+    ++acq;
+    s_gc[acq & 3] = __uint_as_float(static_cast<unsigned>(w));
+  };
+  auto poll = [&](int lim) {  // thread 0, never waits for a flag: the outstanding probe's chunk
+    bool got = false;         // if it is up, then a probe of the next chunk if acq < lim
+    if (probing) {
+      probing = false;
+      if (probe >= need) take(probe), got = true;
     }
-    if (got) cuda::fence_proxy_async_global();  // the bulk copies below read what was acquired
-    return acq >= c;
+    if (got) cuda::fence_acquire_gpu(), cuda::fence_proxy_async_global();
+    if (acq < lim && acq + 1 < c_end) {
+      probe = cuda::ready_peek(rw + static_cast<std::int64_t>(acq + 1) * p.HV);
+      probing = true;
+    }
+  };
+  auto wait_for = [&](int c) {  // thread 0: chunks up to c acquired, waiting for them if need be
+    if (acq >= c) return;
+    while (acq < c) {
+      const unsigned long long* w = rw + static_cast<std::int64_t>(acq + 1) * p.HV;
+      unsigned long long v = probing ? probe : cuda::ready_peek(w);
+      probing = false;
+      if (v < need) {
+        const std::uint64_t t0 = cuda::global_ns();
+        do {
+          __nanosleep(64);
+          v = cuda::ready_peek(w);
+          if (cuda::global_ns() - t0 > 20000000000ull) __trap();  // 20 s: the producer is gone
+        } while (v < need);
+      }
+      take(v);
+    }
+    cuda::fence_acquire_gpu();          // the acquire pattern with the loads above
+    cuda::fence_proxy_async_global();   // the bulk copies below read what was acquired
   };
   auto issue_a = [&](int cg) { wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a); };
   auto issue_b = [&](int cg) { wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h); };
   if constexpr (kFlags) {
     if (threadIdx.x == 0 && c_begin < c_end) {
-      acquire(c_begin, true);
+      wait_for(c_begin);
       issue_a(c_begin), issue_b(c_begin);
       next_a = next_b = c_begin + 1;
-      if (c_begin + 1 < c_end && acquire(c_begin + 1, false)) {
-        issue_a(c_begin + 1), issue_b(c_begin + 1);
-        next_a = next_b = c_begin + 2;
-      }
+      poll(c_begin + 2);  // probes chunk c_begin + 1
     }
     __syncthreads();  // s_gc[c_begin]
   } else {
-    (void)acquire, (void)hw, (void)next_a, (void)next_b;
+    (void)poll, (void)wait_for, (void)next_a, (void)next_b, (void)need, (void)rw;
     if (threadIdx.x == 0)
       for (int cg = c_begin; cg < c_end && cg < c_begin + NBUF; ++cg) issue_a(cg), issue_b(cg);
   }
@@ -314,9 +337,12 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     {  // epilogue of chunk cg - 1 (as v8; stores nothing in the first iteration: len 0)
       if constexpr (kPack) wg9_stage_o<TOut>(opk, s_stage);
       __syncthreads();  // sO complete; every warp's OP(c - 1) done: tiles B of c - 1 free
-      if constexpr (kFlags) {  // B(c + 1) if its flags are up; else before the middle barrier
-        if (threadIdx.x == 0 && next_b == cg + 1 && cg + 1 < c_end && acquire(cg + 1, false))
-          issue_b(cg + 1), ++next_b;
+      if constexpr (kFlags) {  // check point: A / B(c + 1) if acquired; else at the middle
+        if (threadIdx.x == 0) {
+          poll(cg + 3);
+          if (next_b == cg + 1 && acq >= cg + 1) issue_b(cg + 1), ++next_b;
+          if (next_a == cg + 1 && acq >= cg + 1) issue_a(cg + 1), ++next_a;
+        }
       } else if (cg > c_begin && cg - 1 + NBUF < c_end && threadIdx.x == 0) {
         issue_b(cg - 1 + NBUF);
       }
@@ -387,16 +413,16 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     wg::keep(ot);  // pins the scaling before the fence of OP(c)
     if constexpr (kFlags) {  // chunk c + 1 acquired (waiting here if need be), its B copied
       if (threadIdx.x == 0 && cg + 1 < c_end) {
-        acquire(cg + 1, true);
+        wait_for(cg + 1);
         if (next_b == cg + 1) issue_b(cg + 1), ++next_b;
       }
     }
     __syncthreads();  // every warp's X(c), OS(c) done and U, eq read: tiles A of c free
-    if constexpr (kFlags) {  // A(c + 1) if it waited for its flags, A(c + 2) if they are up
+    if constexpr (kFlags) {  // check point: A(c + 1) if it waited, A(c + 2) if acquired
       if (threadIdx.x == 0) {
         if (next_a == cg + 1 && cg + 1 < c_end) issue_a(cg + 1), ++next_a;
-        if (next_a == cg + 2 && cg + 2 < c_end && acquire(cg + 2, false))
-          issue_a(cg + 2), ++next_a;
+        poll(cg + 3);
+        if (next_a == cg + 2 && acq >= cg + 2) issue_a(cg + 2), ++next_a;
       }
       gc_next = gc_of(cg + 1);  // s_gc[c + 1], written before the barrier above
     } else if (cg + NBUF < c_end && threadIdx.x == 0) {
