@@ -48,6 +48,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -293,6 +294,9 @@ struct ChunkParams {
   // key head's Q / K tiles, if another, adds 1 (publish_ready). The state pass, running at the same
   // time, waits for 1 or 2 (see launch()).
   unsigned long long* ready;
+  // GDN_WYTC_FLAGS_TRACE (experiments; null = off): the %globaltimer of each block's publication,
+  // [NC * HV].
+  unsigned long long* trace;
 };
 
 // The flag pipeline's publication of chunk block (cg, h), thread 0, after every thread's
@@ -301,6 +305,7 @@ struct ChunkParams {
 // head's other value heads.
 __device__ __forceinline__ void publish_ready(const ChunkParams& p, int cg, int h, float gc) {
   unsigned long long* w = p.ready + static_cast<std::int64_t>(cg) * p.HV;
+  if (p.trace) p.trace[static_cast<std::int64_t>(cg) * p.HV + h] = cuda::global_ns();
   cuda::ready_add(w + h, (1ull << 32) | __float_as_uint(gc));
   const int g = p.HV / p.HK;
   if (g > 1 && (p.tiled ? h < p.HK : h % g == 0))
@@ -499,6 +504,10 @@ struct StateParams {
   // head h (ready at 1 where h writes its key head's Q / K tiles, else 2); its low half holds
   // G_C (ChunkParams::ready).
   const unsigned long long* ready;
+  // GDN_WYTC_FLAGS_TRACE (kFlags only; null = off), %globaltimer values: per state block [4]
+  // (start, end, ns spent waiting, waits), then from trace + 4 * blocks the acquire time of each
+  // chunk of block 0 [NC].
+  unsigned long long* trace;
   Workspace ws;
 };
 
@@ -1367,6 +1376,53 @@ __global__ void wy_tc_sleep_kernel(unsigned ns) {
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
+// GDN_WYTC_FLAGS_TRACE: one line on stderr from the flag pipeline's stamps (launch(), trace_chunk):
+// times in us from the first stamp; block 0 serves value head 0, whose own chunk block writes
+// its key head's tiles, so its chunk c is ready at that block's publication.
+void print_flag_trace(const std::vector<unsigned long long>& t, std::int64_t nc, int hv, int nb) {
+  const unsigned long long* pub = t.data();
+  const unsigned long long* blk = pub + nc * hv;
+  const unsigned long long* acq = blk + 4 * static_cast<std::int64_t>(nb);
+  unsigned long long t0 = ~0ull, pub_end = 0;
+  for (std::int64_t i = 0; i < nc * hv; ++i)
+    if (pub[i]) t0 = std::min(t0, pub[i]), pub_end = std::max(pub_end, pub[i]);
+  std::vector<double> starts;
+  unsigned long long end = 0;
+  double wait_ns = 0, waits = 0;
+  for (int b = 0; b < nb; ++b) {
+    t0 = std::min(t0, blk[4 * b]);
+    starts.push_back(static_cast<double>(blk[4 * b]));
+    end = std::max(end, blk[4 * b + 1]);
+    wait_ns += static_cast<double>(blk[4 * b + 2]), waits += static_cast<double>(blk[4 * b + 3]);
+  }
+  auto us = [&](double x) { return (x - static_cast<double>(t0)) * 1e-3; };
+  std::sort(starts.begin(), starts.end());
+  std::vector<double> lag;
+  std::int64_t first = -1, last = -1;
+  for (std::int64_t c = 0; c < nc; ++c)
+    if (acq[c] && pub[c * hv]) {
+      lag.push_back((static_cast<double>(acq[c]) - static_cast<double>(pub[c * hv])) * 1e-3);
+      if (first < 0) first = c;
+      last = c;
+    }
+  std::sort(lag.begin(), lag.end());
+  auto pct = [&](double q) { return lag.empty() ? 0.0 : lag[static_cast<std::size_t>(q * (lag.size() - 1))]; };
+  const double step = last > first ? (static_cast<double>(acq[last]) - static_cast<double>(acq[first])) *
+                                         1e-3 / static_cast<double>(last - first)
+                                   : 0.0;
+  std::fprintf(stderr,
+               "wy-tc flags trace: %lld chunks x %d heads, %d state blocks; chunk publications "
+               "end +%.1f us; state blocks start +%.1f / +%.1f / +%.1f (min / median / max), end "
+               "+%.1f; waits per block %.1f, %.1f us; block 0: acquire - publication lag p10 / p50 "
+               "/ p90 %.2f / %.2f / %.2f us, acquire step %.3f us\n",
+               static_cast<long long>(nc), hv, nb, us(static_cast<double>(pub_end)),
+               starts.empty() ? 0.0 : us(starts.front()),
+               starts.empty() ? 0.0 : us(starts[starts.size() / 2]),
+               starts.empty() ? 0.0 : us(starts.back()), us(static_cast<double>(end)),
+               nb ? waits / nb : 0.0, nb ? wait_ns * 1e-3 / nb : 0.0, pct(0.1), pct(0.5), pct(0.9),
+               step);
+}
+
 using cuda::env_is;
 
 // The wgmma state pass (v6, wy_tc_state_wgmma.cuh) runs where the sm_90a image runs: a build with
@@ -1608,6 +1664,23 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   float* carry = overlap ? scratch.as<float>(off) : nullptr;  // one sequence's state, fp32
   off += b_carry;
   unsigned long long* ready = flags ? scratch.as<unsigned long long>(off) : nullptr;  // [NC, HV]
+  // GDN_WYTC_FLAGS_TRACE=1 (experiments, with the flag pipeline): %globaltimer stamps in a
+  // buffer of their own (never freed), summarised on stderr after each call (which then
+  // synchronises its stream): [NC * HV] publications, then [4 * state blocks] (start, end, ns
+  // waited, waits), then block 0's acquire time of each chunk [NC].
+  unsigned long long* trace_chunk = nullptr;
+  if (flags && env_is("GDN_WYTC_FLAGS_TRACE", "1")) {
+    static unsigned long long* buf = nullptr;
+    static std::size_t cap = 0;
+    const std::size_t n = static_cast<std::size_t>(tiles + 4 * state_blocks + NC);
+    if (n > cap) {
+      if (buf) GDN_CUDA_TRY(cudaFree(buf));
+      buf = nullptr, cap = 0;
+      GDN_CUDA_TRY(cudaMalloc(&buf, n * sizeof(unsigned long long)));
+      cap = n;
+    }
+    trace_chunk = buf;
+  }
   const std::int32_t* d_tok0 = table.tok0;
   const std::int32_t* d_len = table.len;
   const std::int32_t* d_first = table.first;
@@ -1637,6 +1710,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     cp.ws = ws;
     cp.chunk0 = static_cast<int>(c0);
     cp.ready = ready;
+    cp.trace = ready ? trace_chunk : nullptr;
     if (NC > 0x7fffffff) return Status::Unsupported("wy-tc: too many chunks");
     if (ready && !v7_chunk) return Status::Internal("wy-tc: flag pipeline without the v7 kernel");
     const dim3 grid = ready ? dim3(static_cast<unsigned>(pr.HV), static_cast<unsigned>(c1 - c0))
@@ -1861,6 +1935,12 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     if (flags_delay)  // test: anything read before its flag is poison
       GDN_CUDA_TRY(cudaMemsetAsync(scratch.as<unsigned char>(b_tab), 0xFF, off - b_tab, st));
     GDN_CUDA_TRY(cudaMemsetAsync(ready, 0, b_flags, st));
+    const int trace_nb = pair ? state_blocks / 2 : state_blocks;
+    if (trace_chunk) {
+      spf.trace = trace_chunk + tiles;
+      GDN_CUDA_TRY(cudaMemsetAsync(trace_chunk, 0,
+                                   sizeof(unsigned long long) * (tiles + 4 * trace_nb + NC), st));
+    }
     GDN_CUDA_TRY(cudaEventRecord(side.ev[0], st));
     GDN_CUDA_TRY(cudaStreamWaitEvent(side.s, side.ev[0], 0));
     if (flags_delay) {
@@ -1873,6 +1953,13 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     Status res = run_state(spf, s.N, side.s);
     Status j = cuda::from_cuda(cudaEventRecord(side.ev[1], side.s), "wy-tc flags: join");
     if (j.ok()) j = cuda::from_cuda(cudaStreamWaitEvent(st, side.ev[1], 0), "wy-tc flags: join");
+    if (trace_chunk && res.ok() && j.ok()) {
+      std::vector<unsigned long long> t(static_cast<std::size_t>(tiles + 4 * trace_nb + NC));
+      GDN_CUDA_TRY(cudaStreamSynchronize(st));
+      GDN_CUDA_TRY(cudaMemcpy(t.data(), trace_chunk, t.size() * sizeof(unsigned long long),
+                              cudaMemcpyDeviceToHost));
+      print_flag_trace(t, NC, pr.HV, trace_nb);
+    }
     return res.ok() ? j : res;
   }
   if (!overlap && group_n0.empty()) {

@@ -185,9 +185,11 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     return (own ? 1ull : 2ull) << 32;
   }();
   const unsigned long long* const rw = p.ready + h;  // chunk c's word: rw[c * HV]
+  __shared__ unsigned long long s_tr[kFlags ? 2 : 1];  // GDN_WYTC_FLAGS_TRACE: ns waited, waits
   auto take = [&](unsigned long long w) {  // chunk acq + 1's word w is up
     ++acq;
     s_gc[acq & 3] = __uint_as_float(static_cast<unsigned>(w));
+    if (p.trace && blockIdx.x == 0) p.trace[4 * gridDim.x + acq] = cuda::global_ns();
   };
   auto poll = [&](int lim) {  // thread 0, never waits for a flag: the outstanding probe's chunk
     bool got = false;         // if it is up, then a probe of the next chunk if acq < lim
@@ -214,6 +216,7 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
           v = cuda::ready_peek(w);
           if (cuda::global_ns() - t0 > 20000000000ull) __trap();  // 20 s: the producer is gone
         } while (v < need);
+        if (p.trace) s_tr[0] += cuda::global_ns() - t0, s_tr[1] += 1;
       }
       take(v);
     }
@@ -223,6 +226,10 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   auto issue_a = [&](int cg) { wg_issue_a<Sm, K, V, true>(p, smem_wg, bar, cg, c_begin, h, slice_a); };
   auto issue_b = [&](int cg) { wg_issue_b<Sm, K, true>(p, smem_wg, bar, cg, c_begin, h); };
   if constexpr (kFlags) {
+    if (threadIdx.x == 0 && p.trace) {
+      p.trace[4 * blockIdx.x] = cuda::global_ns();
+      s_tr[0] = s_tr[1] = 0;
+    }
     if (threadIdx.x == 0 && c_begin < c_end) {
       wait_for(c_begin);
       issue_a(c_begin), issue_b(c_begin);
@@ -462,6 +469,12 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
     store_o(prev_tok0, prev_len);
   }
   store_state<K, V>(st, p, nh, v0);
+  if constexpr (kFlags) {
+    if (threadIdx.x == 0 && p.trace) {
+      unsigned long long* t = p.trace + 4 * blockIdx.x;
+      t[1] = cuda::global_ns(), t[2] = s_tr[0], t[3] = s_tr[1];
+    }
+  }
 #else
   (void)p;
   __trap();  // launched only where the sm_90a image runs (use_wg_state)
