@@ -1596,29 +1596,35 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   const int sms = sm_count();
   const bool fits = 2 * state_blocks <= sms ? NC >= 256
                                             : state_blocks <= sms && NC >= (half ? 256 : 512);
-  // Flag pipeline (session 28): one chunk launch and one state launch for
-  // the whole sequence, at the same time on two streams. The chunk grid runs chunk by chunk (all
-  // heads of chunk c before c + 1) and each chunk block sets a ready flag when its workspace tiles
-  // are written; each state block copies chunk c's tiles once c's flags are up (v9's kFlags). So
-  // the chain starts after the first chunk instead of the first segment, no segment boundary
-  // stalls it, and it reads tiles written moments before (still in the L2 when the chain keeps
-  // up). The chunk kernel never waits, so it always completes and every flag is set: no
-  // deadlock whatever the block placement (a serialising environment, e.g. a sanitizer, runs the
-  // chunk kernel, enqueued first, to the end before the state kernel, which then never waits).
+  // Flag pipeline (sessions 28-29): one chunk launch and one state launch for the whole
+  // sequence, at the same time on two streams. The chunk grid runs chunk by chunk (all heads of
+  // chunk c before c + 1) and each chunk block counts into 64-bit ready words once its workspace
+  // tiles are written (ChunkParams::ready: its own head's word, with G_C, and, for a key head's
+  // Q / K writer, the words of the key head's other value heads); each state block copies chunk
+  // c's tiles once c's word is up (v9's kFlags: probed ahead of the chain, waited for only when
+  // the chain has caught up). So the chain starts after the first chunk instead of the first
+  // segment and no segment boundary stalls it. The chunk kernel never waits, so it always
+  // completes and every word is set: no deadlock whatever the block placement (a serialising
+  // environment, e.g. a sanitizer, runs the chunk kernel, enqueued first, to the end before the
+  // state kernel, which then never waits).
   // Where it can run: the default state pass (half, fp16 U, D16; paired slices, or one slice
   // per block with GDN_WYTC_PAIR=0) at K = V = 128 with bf16 o, one sequence, state blocks
   // within one wave, at most 65535 chunks.
-  // Opt-in. r81 (478ebe1, H100) measured the one-slice form 10-42% slower on every case (27b
-  // T = 32768 2.00 against 1.575 ms, qwen3-next 1.76 against 1.23): 96 resident state blocks leave
-  // each of their SMs one chunk block for the whole run. Its "paired" rows (1.380 ms at 27b
-  // T = 32768) did NOT run the paired flag kernel: run_state dispatched the non-waiting paired
-  // kernel first (fixed here), so they timed an unsynchronised pair of kernels, whose results
-  // only matched because the chunk pass stayed ahead; the paired flag kernel is unmeasured.
+  // Opt-in. r81 (478ebe1, H100): one slice per block 10-42% slower than the segments (27b
+  // T = 32768 2.00 against 1.575 ms): 96 resident state blocks leave each of their SMs one chunk
+  // block for the whole run. r83 (1203a52, H100): paired 14-47% slower (27b T = 32768 1.89-1.96
+  // against 1.58, qwen3-next 1.79-1.83 against 1.23), though the same two kernels without the
+  // waits ran 1.38 / 1.16 (r81): thread 0 acquired each chunk with three dependent L2 round trips
+  // (two acquire loads, then G_C) on the chain's critical path, twice a step. Session 29's words
+  // (one relaxed load, probed a check point ahead, G_C in the word) take that off the chain;
+  // not yet measured.
   // GDN_WYTC_FLAGS=1 forces it where it can run (paired unless GDN_WYTC_PAIR=0); =negctl too with
   // its negative control (the state pass run BEFORE the chunk kernel on one stream with every
-  // flag preset and the workspace poisoned: must differ); =delay (test): the workspace poisoned
+  // word preset and the workspace poisoned: must differ); =delay (test): the workspace poisoned
   // and the chunk kernel held back ~20 ms behind a sleeping kernel, so a state pass that does not
-  // wait for the flags reads poison (must still equal the single pass); =0 or unset: off.
+  // wait for the words reads poison (must still equal the single pass); =0 or unset: off.
+  // GDN_WYTC_FLAGS_TRACE=1 with it (experiments; ignored under graph capture): a summary line of
+  // %globaltimer stamps on stderr after each call (print_flag_trace).
   const bool flags_neg = env_is("GDN_WYTC_FLAGS", "negctl");
   const bool flags_delay = env_is("GDN_WYTC_FLAGS", "delay");
   const bool flags = want_v9 && d16 && K == 128 && V == 128 && a.o.dtype == DType::bf16 &&
@@ -1669,7 +1675,10 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // synchronises its stream): [NC * HV] publications, then [4 * state blocks] (start, end, ns
   // waited, waits), then block 0's acquire time of each chunk [NC].
   unsigned long long* trace_chunk = nullptr;
-  if (flags && env_is("GDN_WYTC_FLAGS_TRACE", "1")) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (flags && env_is("GDN_WYTC_FLAGS_TRACE", "1") &&
+      cudaStreamIsCapturing(st, &capturing) == cudaSuccess &&
+      capturing == cudaStreamCaptureStatusNone) {  // (it synchronises: not under capture)
     static unsigned long long* buf = nullptr;
     static std::size_t cap = 0;
     const std::size_t n = static_cast<std::size_t>(tiles + 4 * state_blocks + NC);
@@ -1948,9 +1957,19 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
       GDN_CUDA_LAUNCH_CHECK("wy_tc_sleep_kernel");
     }
     // The chunk kernel first: if it cannot be queued, no state block is left waiting for it.
-    ls = run_chunks(0, NC, st, ready);
-    if (!ls.ok()) return ls;
-    Status res = run_state(spf, s.N, side.s);
+    // GDN_WYTC_FLAGS_ORDER=state (experiment): the state kernel first, so that its blocks are
+    // placed before the chunk blocks fill the SMs; it deadlocks (until the 20 s trap) where the
+    // launches are serialised (e.g. under compute-sanitizer), so never by default.
+    Status res = Status::Ok();
+    const bool state_first = env_is("GDN_WYTC_FLAGS_ORDER", "state") && !flags_delay;
+    if (state_first) res = run_state(spf, s.N, side.s);
+    if (res.ok()) ls = run_chunks(0, NC, st, ready);
+    if (state_first && res.ok() && !ls.ok()) {  // release the waiting state blocks (o is lost)
+      (void)cudaMemsetAsync(ready, 0xFF, b_flags, st);
+      return ls;
+    }
+    if (!res.ok() || !ls.ok()) return res.ok() ? ls : res;
+    if (!state_first) res = run_state(spf, s.N, side.s);
     Status j = cuda::from_cuda(cudaEventRecord(side.ev[1], side.s), "wy-tc flags: join");
     if (j.ok()) j = cuda::from_cuda(cudaStreamWaitEvent(st, side.ev[1], 0), "wy-tc flags: join");
     if (trace_chunk && res.ok() && j.ok()) {
