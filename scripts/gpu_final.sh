@@ -23,7 +23,7 @@ if [[ -x scripts/gpu_decode_sweep.sh && ${GDN_DECODE_SWEEP:-1} == 1 ]]; then
 fi
 GDN_BENCH_CASES=${GDN_BENCH_CASES:-"--arm wy-tc --tokens 32768;--arm wy-tc --tokens 131072 --no-check;--arm wy-tc --tokens 4096 --no-check;--arm wy-tc --tokens 32768 --seqs 8 --no-check;--arm wy-tc --preset qwen3-next-80b --tokens 32768 --no-check;--arm wy-fp32 --tokens 32768;--decode --seqs 256;--decode --seqs 1;--decode --seqs 64 --verify-tokens 4"} \
   run_stage bench
-GDN_SANITIZE_FILTER=${GDN_SANITIZE_FILTER:-'DecodeGpu.N5*:DecodeGpu.VerifyT4*:wy_tc/WyTcFixture.*T65*:Fixtures/WyFp32Parity.*T65*:WyFp32.VariantsEqualV3_L129*:WyTcState.WgmmaMatches*:WyTcState.V9EqualsV6*:WyTcState.OverlappedSegments*:WyTcState.VarlenGroups*:WyTcState.PairedSlices*:WyTcState.UnalignedOutput*:wy_tc.ChunkV7PassesOracleAndRepeats*:wy_tc.Varlen*:CpGpuWyTc*'} run_stage sanitize
+GDN_SANITIZE_FILTER=${GDN_SANITIZE_FILTER:-'DecodeGpu.N5*:DecodeGpu.VerifyT4*:wy_tc/WyTcFixture.*T65*:Fixtures/WyFp32Parity.*T65*:WyFp32.VariantsEqualV3_L129*:WyTcState.WgmmaMatches*:WyTcState.V9EqualsV6*:WyTcState.OverlappedSegments*:WyTcState.VarlenGroups*:WyTcState.PairedSlices*:WyTcState.FlagPipeline*:WyTcState.UnalignedOutput*:wy_tc.ChunkV7PassesOracleAndRepeats*:wy_tc.Varlen*:CpGpuWyTc*'} run_stage sanitize
 timeout 60 build-gpu/gdn prefill --preset qwen3.5-27b --tokens 32768 --layers 1 --iters 5 \
   --json "$OUT/results.jsonl" > "$OUT/layer.txt" 2>&1
 # The extension is built the way users build it (every source compiled there by one toolchain)
