@@ -288,11 +288,11 @@ TEST(WyTcState, OverlappedSegmentsEqualSinglePass) {
   }
 }
 
-// The flag pipeline (GDN_WYTC_FLAGS=1, opt-in; paired slices unless GDN_WYTC_PAIR=0; session
-// 28): one chunk launch over all chunks, chunk by
+// The flag pipeline (GDN_WYTC_FLAGS=1, opt-in; paired slices unless GDN_WYTC_PAIR=0; sessions
+// 28-29): one chunk launch over all chunks, chunk by
 // chunk, and one state launch at the same time on the side stream; each state block copies chunk
 // c's tiles only after the chunk blocks of c (its value head's, and its key head's writer's for Q
-// and K^T) have set their ready flags. Only the schedule changes, so o and the final state equal
+// and K^T) have counted into its ready word. Only the schedule changes, so o and the final state equal
 // the single pass (GDN_WYTC_FLAGS=0, which at these sizes runs no overlap) bit for bit, and pass
 // the oracle, with paired slices and with one slice per block (GDN_WYTC_PAIR=0). Cases: grouped heads (the key-head writer is another value head), the tiled map
 // with the in-kernel l2norm, one chunk, and a partial last chunk. Negative control
@@ -351,6 +351,45 @@ TEST(WyTcState, FlagPipelineEqualsSinglePass) {
                   pair, sc.name, diff);
       EXPECT_EQ(diff, 0u) << "the state pass read tiles before their flags were set";
     }
+  }
+}
+
+// The flag pipeline's delay check has teeth, and the state-first launch order (experiment) gives
+// the same bits. Kept apart from FlagPipeline* (the sanitizer filter), because both need the two
+// streams to run at once, which compute-sanitizer's serialised launches prevent (the state-first
+// order would wait there until its 20 s trap).
+// - GDN_WYTC_FLAGS=delay-negctl: the delay check (workspace poisoned, chunk kernel held back
+//   ~20 ms) with the ordinary state kernel, which does not wait: it reads poison, so o and the
+//   final state must differ from the single pass (the check above fails a non-waiting kernel).
+// - GDN_WYTC_FLAGS_ORDER=state: the state kernel launched before the chunk kernel: o and the
+//   final state equal the single pass bit for bit.
+TEST(WyTcState, FlagDelayCheckCatchesANonWaitingStatePass) {
+  if (!is_sm90()) GTEST_SKIP() << "the v9 state pass runs on compute capability 9.0 only";
+  check::CaseSpec spec = testutil::spec_of({4099}, 2, 6, 128, 128);  // 65 chunks
+  spec.h0 = true;
+  const check::Case c = check::make_case(spec, 950);
+  for (const char* pair : {"1", "0"}) {
+    SCOPED_TRACE(std::string("GDN_WYTC_PAIR=") + pair);
+    testutil::ScopedEnv pe("GDN_WYTC_PAIR", pair);
+    const check::ArmOutput one = run_with("GDN_WYTC_FLAGS", "0", c);
+    const check::ArmOutput bad = run_with("GDN_WYTC_FLAGS", "delay-negctl", c);
+    check::ArmOutput first;
+    {
+      testutil::ScopedEnv order("GDN_WYTC_FLAGS_ORDER", "state");
+      first = run_with("GDN_WYTC_FLAGS", "1", c);
+    }
+    ASSERT_TRUE(one.status.ok() && bad.status.ok() && first.status.ok())
+        << bad.status.message() << " / " << first.status.message();
+    std::size_t d_bad = 0, d_first = 0;
+    for (std::size_t i = 0; i < one.o.size(); ++i)
+      d_bad += !(bad.o[i] == one.o[i]), d_first += !(first.o[i] == one.o[i]);
+    for (std::size_t i = 0; i < one.hT.size(); ++i)
+      d_bad += !(bad.hT[i] == one.hT[i]), d_first += !(first.hT[i] == one.hT[i]);
+    std::printf("wy-tc flag pipeline, PAIR=%s: delay check on a non-waiting state pass %zu, "
+                "state kernel first %zu of %zu elements differ\n",
+                pair, d_bad, d_first, one.o.size() + one.hT.size());
+    EXPECT_GT(d_bad, 0u) << "the delay check passed a state pass that does not wait";
+    EXPECT_EQ(d_first, 0u) << "the state-first order changed the result";
   }
 }
 

@@ -1622,11 +1622,14 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
   // its negative control (the state pass run BEFORE the chunk kernel on one stream with every
   // word preset and the workspace poisoned: must differ); =delay (test): the workspace poisoned
   // and the chunk kernel held back ~20 ms behind a sleeping kernel, so a state pass that does not
-  // wait for the words reads poison (must still equal the single pass); =0 or unset: off.
+  // wait for the words reads poison (must still equal the single pass); =delay-negctl (test, the
+  // delay check's negative control): the same with the ordinary state kernel, which does not
+  // wait (must differ where the two streams run at once); =0 or unset: off.
   // GDN_WYTC_FLAGS_TRACE=1 with it (experiments; ignored under graph capture): a summary line of
   // %globaltimer stamps on stderr after each call (print_flag_trace).
   const bool flags_neg = env_is("GDN_WYTC_FLAGS", "negctl");
-  const bool flags_delay = env_is("GDN_WYTC_FLAGS", "delay");
+  const bool flags_delay_neg = env_is("GDN_WYTC_FLAGS", "delay-negctl");
+  const bool flags_delay = flags_delay_neg || env_is("GDN_WYTC_FLAGS", "delay");
   const bool flags = want_v9 && d16 && K == 128 && V == 128 && a.o.dtype == DType::bf16 &&
                      s.N == 1 && state_blocks <= sms && NC <= 65535 &&
                      !env_is("GDN_WYTC_PAIR", "negctl") &&
@@ -1960,6 +1963,7 @@ Status launch(const Problem& pr, const PrefillArgs& a, const Seqs& s, std::uint6
     // GDN_WYTC_FLAGS_ORDER=state (experiment): the state kernel first, so that its blocks are
     // placed before the chunk blocks fill the SMs; it deadlocks (until the 20 s trap) where the
     // launches are serialised (e.g. under compute-sanitizer), so never by default.
+    if (flags_delay_neg) spf.ready = nullptr;  // the ordinary state kernel: it does not wait
     Status res = Status::Ok();
     const bool state_first = env_is("GDN_WYTC_FLAGS_ORDER", "state") && !flags_delay;
     if (state_first) res = run_state(spf, s.N, side.s);
