@@ -299,6 +299,13 @@ struct ChunkParams {
   unsigned long long* trace;
 };
 
+// Whether value head h writes its key head's Q / K workspace tiles in the exact format (the key
+// head's first value head: h < HK in the tiled map, h % (HV / HK) == 0 in the grouped one). The
+// chunk kernel, the flag pipeline's publication and the state pass's ready count agree on it.
+__host__ __device__ __forceinline__ bool writes_qk_tiles(int h, int HV, int HK, bool tiled) {
+  return tiled ? h < HK : h % (HV / HK) == 0;
+}
+
 // The flag pipeline's publication of chunk block (cg, h), thread 0, after every thread's
 // workspace stores, a fence and a block barrier: its own word (one arrival, G_C in the low half),
 // and, for the block that writes the key head's Q / K tiles, one arrival in the words of the key
@@ -308,7 +315,7 @@ __device__ __forceinline__ void publish_ready(const ChunkParams& p, int cg, int 
   if (p.trace) p.trace[static_cast<std::int64_t>(cg) * p.HV + h] = cuda::global_ns();
   cuda::ready_add(w + h, (1ull << 32) | __float_as_uint(gc));
   const int g = p.HV / p.HK;
-  if (g > 1 && (p.tiled ? h < p.HK : h % g == 0))
+  if (g > 1 && writes_qk_tiles(h, p.HV, p.HK, p.tiled))
     for (int j = 1; j < g; ++j) cuda::ready_add(w + (p.tiled ? h + j * p.HK : h + j), 1ull << 32);
 }
 
@@ -1028,7 +1035,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 4)
   // Q and K^T tiles: per value head in the split format (scaled per head); per key head in the
   // exact format (the raw bf16 tiles, the same for the key head's value heads), written by the
   // key head's first value head only.
-  const bool qk_writer = !p.exact_ws || (p.tiled ? h < p.HK : h % (p.HV / p.HK) == 0);
+  const bool qk_writer = !p.exact_ws || writes_qk_tiles(h, p.HV, p.HK, p.tiled);
   const std::int64_t base_qk = p.exact_ws ? static_cast<std::int64_t>(cg) * p.HK + kh : base;
   const int m0 = warp * 16;
   if (lane < 16) {

@@ -179,11 +179,9 @@ __global__ void __launch_bounds__(SCfg::kThreads * kNS, 1) wy_tc_state_kernel_wg
   int acq = c_begin - 1, next_a = c_begin, next_b = c_begin;
   bool probing = false;
   unsigned long long probe = 0;
-  const unsigned long long need = [&] {  // ready: 1 arrival where this head writes the key
-    const int g = p.HV / p.HK;          // head's Q / K tiles, else 2 (ChunkParams::ready)
-    const bool own = g == 1 || (p.tiled ? h < p.HK : h % g == 0);
-    return (own ? 1ull : 2ull) << 32;
-  }();
+  // Ready at 1 arrival where this head writes its key head's Q / K tiles, else 2
+  // (ChunkParams::ready).
+  const unsigned long long need = (writes_qk_tiles(h, p.HV, p.HK, p.tiled) ? 1ull : 2ull) << 32;
   const unsigned long long* const rw = p.ready + h;  // chunk c's word: rw[c * HV]
   __shared__ unsigned long long s_tr[kFlags ? 2 : 1];  // GDN_WYTC_FLAGS_TRACE: ns waited, waits
   auto take = [&](unsigned long long w) {  // chunk acq + 1's word w is up
